@@ -34,6 +34,7 @@ go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-scheduler" k8s.io/kubernete
 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 mkdir -p "$(dirname "$out")"
 rm -rf "$out"
+chmod 755 "$tmp"
 mv "$tmp" "$out"
 trap - EXIT
 echo "control plane: built in $((SECONDS - start))s"

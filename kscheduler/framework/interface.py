@@ -1,0 +1,343 @@
+"""One small Protocol per extension point, and the handle plugins receive.
+
+Every method returns a :class:`~kscheduler.framework.status.Status` or ``None``
+(success). Codes a method may return are listed in its docstring; anything
+else is treated as an Error. Plugins must not import each other or the API
+client: what they need of the cluster comes through :class:`Handle`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.status import Status
+from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
+
+MAX_NODE_SCORE = 100
+MIN_NODE_SCORE = 0
+
+
+class ActionType(enum.IntFlag):
+    ADD = 1
+    DELETE = 2
+    UPDATE_NODE_ALLOCATABLE = 4
+    UPDATE_NODE_LABEL = 8
+    UPDATE_NODE_TAINT = 16
+    UPDATE_NODE_CONDITION = 32
+    UPDATE_NODE_ANNOTATION = 64
+    UPDATE_POD_LABEL = 128
+    UPDATE_POD_SCALE_DOWN = 256
+    UPDATE_POD_TOLERATION = 512
+    UPDATE_POD_SCHEDULING_GATES_ELIMINATED = 1024
+    UPDATE_POD_GENERATED_RESOURCE_CLAIM = 2048
+    UPDATE_OTHER = 4096
+    UPDATE = (
+        UPDATE_NODE_ALLOCATABLE
+        | UPDATE_NODE_LABEL
+        | UPDATE_NODE_TAINT
+        | UPDATE_NODE_CONDITION
+        | UPDATE_NODE_ANNOTATION
+        | UPDATE_POD_LABEL
+        | UPDATE_POD_SCALE_DOWN
+        | UPDATE_POD_TOLERATION
+        | UPDATE_POD_SCHEDULING_GATES_ELIMINATED
+        | UPDATE_POD_GENERATED_RESOURCE_CLAIM
+        | UPDATE_OTHER
+    )
+    ALL = ADD | DELETE | UPDATE
+
+
+class Resource(enum.Enum):
+    """Kinds whose changes can make an unschedulable pod schedulable."""
+
+    POD = "Pod"  # an assigned pod (or, for its own updates, the unscheduled pod)
+    UNSCHEDULED_POD = "UnscheduledPod"
+    NODE = "Node"
+    PERSISTENT_VOLUME = "PersistentVolume"
+    PERSISTENT_VOLUME_CLAIM = "PersistentVolumeClaim"
+    STORAGE_CLASS = "StorageClass"
+    CSI_NODE = "CSINode"
+    CSI_DRIVER = "CSIDriver"
+    CSI_STORAGE_CAPACITY = "CSIStorageCapacity"
+    NAMESPACE = "Namespace"
+    SERVICE = "Service"
+    WILDCARD = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    resource: Resource
+    action: ActionType
+    label: str = ""
+
+    def matches(self, other: ClusterEvent) -> bool:
+        """Whether this registered event covers the incoming event ``other``."""
+        if self.resource is Resource.WILDCARD and self.action == ActionType.ALL:
+            return True
+        return (
+            self.resource is Resource.WILDCARD or self.resource is other.resource
+        ) and bool(self.action & other.action)
+
+    def __str__(self) -> str:
+        return self.label or f"{self.resource.value}{self.action.name or int(self.action)}"
+
+
+class QueueingHint(enum.Enum):
+    QUEUE = "Queue"
+    SKIP = "QueueSkip"
+
+
+#: (pod waiting in the queue, old object or None, new object or None) -> hint.
+QueueingHintFn = Callable[[PodInfo, Any, Any], QueueingHint]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEventWithHint:
+    event: ClusterEvent
+    hint: QueueingHintFn | None = None
+
+
+@dataclass(slots=True)
+class PreFilterResult:
+    """Node names a PreFilter plugin limits the pod to; None means all nodes."""
+
+    node_names: set[str] | None = None
+
+    def merge(self, other: PreFilterResult | None) -> PreFilterResult:
+        if other is None or other.node_names is None:
+            return self
+        if self.node_names is None:
+            return PreFilterResult(set(other.node_names))
+        return PreFilterResult(self.node_names & other.node_names)
+
+
+@dataclass(slots=True)
+class PostFilterResult:
+    nominated_node_name: str = ""
+
+
+class NodeScore:
+    __slots__ = ("name", "score")
+
+    def __init__(self, name: str, score: int) -> None:
+        self.name = name
+        self.score = score
+
+    def __repr__(self) -> str:
+        return f"NodeScore({self.name}={self.score})"
+
+
+@dataclass(slots=True)
+class NodeToStatus:
+    """Filter verdicts per rejected node; ``absent`` applies to nodes not visited."""
+
+    statuses: dict[str, Status] = field(default_factory=dict)
+    absent: Status | None = None
+
+    def get(self, name: str) -> Status | None:
+        return self.statuses.get(name, self.absent)
+
+
+class Plugin(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+@runtime_checkable
+class PreEnqueuePlugin(Plugin, Protocol):
+    def pre_enqueue(self, pod: PodInfo) -> Status | None:
+        """Success lets the pod into activeQ; Unschedulable* keeps it gated."""
+
+
+@runtime_checkable
+class QueueSortPlugin(Plugin, Protocol):
+    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
+        """Whether ``a`` is popped before ``b``."""
+
+
+class QueueSortKey(Protocol):
+    def sort_key(self, qp: QueuedPodInfo) -> Any:
+        """Optional fast path: a key whose ascending order equals ``less``."""
+
+
+@runtime_checkable
+class EnqueueExtensions(Plugin, Protocol):
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """Cluster events that may make a pod this plugin rejected schedulable."""
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status | None]:
+        """Success, Skip (its Filter is not run), Unschedulable*, Error."""
+
+
+class PreFilterExtensions(Protocol):
+    """Keeps PreFilter state right when preemption or nominated pods add/remove pods."""
+
+    def add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node_info: NodeInfo
+    ) -> Status | None: ...
+
+    def remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node_info: NodeInfo
+    ) -> Status | None: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
+        """Success, Unschedulable (preemption may help), UnschedulableAndUnresolvable, Error."""
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    async def post_filter(
+        self, state: CycleState, pod: PodInfo, statuses: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status | None]:
+        """Success with a nominated node, Unschedulable, Error."""
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status | None:
+        """Success, Skip (its Score is not run), Error."""
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    def score(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+        """A score (after normalisation within [0, 100]); Error fails the attempt."""
+
+
+@runtime_checkable
+class ScoreNormalizer(Protocol):
+    def normalize_score(self, state: CycleState, pod: PodInfo, scores: list[NodeScore]) -> Status | None:
+        """Rewrite ``scores`` in place into [0, 100]."""
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        """Success; anything else unreserves every Reserve plugin and fails the attempt."""
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        """Undo reserve; must be idempotent."""
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status | None, float]:
+        """Success, Wait with a timeout in seconds, or a rejection."""
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        """Success, Skip, or a failure (the binding cycle fails and the pod is requeued)."""
+
+
+@runtime_checkable
+class BindPlugin(Plugin, Protocol):
+    async def bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        """Success, Skip (the next Bind plugin runs), or Error."""
+
+
+@runtime_checkable
+class PostBindPlugin(Plugin, Protocol):
+    def post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        """Informational, after a successful bind."""
+
+
+class SharedLister(Protocol):
+    """Read access to the scheduling cycle's view of the nodes."""
+
+    def node_infos(self) -> Sequence[NodeInfo]: ...
+
+    def get(self, name: str) -> NodeInfo | None: ...
+
+    def have_pods_with_affinity(self) -> Sequence[NodeInfo]: ...
+
+    def have_pods_with_required_anti_affinity(self) -> Sequence[NodeInfo]: ...
+
+    def is_pvc_used_by_pods(self, key: str) -> bool: ...
+
+
+class ObjectLister(Protocol):
+    """Informer-backed read access to other kinds (raw JSON dicts)."""
+
+    def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]: ...
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+class ClusterClient(Protocol):
+    """The writes plugins may make; implemented over the API client."""
+
+    async def bind(self, pod: PodInfo, node_name: str) -> None: ...
+
+    async def delete_pod(self, pod: PodInfo, *, reason: str, message: str) -> None: ...
+
+    async def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str | None = None
+    ) -> Any: ...
+
+
+class EventRecorder(Protocol):
+    def event(
+        self, obj: Mapping[str, Any], type_: str, reason: str, action: str, note: str
+    ) -> None: ...
+
+
+class WaitingPod(Protocol):
+    @property
+    def pod(self) -> PodInfo: ...
+
+    def allow(self, plugin: str) -> None: ...
+
+    def reject(self, plugin: str, message: str) -> None: ...
+
+    def pending_plugins(self) -> list[str]: ...
+
+
+class Handle(Protocol):
+    """What the framework gives each plugin at construction."""
+
+    @property
+    def snapshot(self) -> SharedLister: ...
+
+    @property
+    def objects(self) -> ObjectLister: ...
+
+    @property
+    def client(self) -> ClusterClient: ...
+
+    @property
+    def recorder(self) -> EventRecorder: ...
+
+    @property
+    def profile_name(self) -> str: ...
+
+    def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]: ...
+
+    def iterate_waiting_pods(self) -> list[WaitingPod]: ...
+
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None: ...
+
+    def run_filter_with_nominated_pods(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> Status | None: ...
+
+    def run_pre_filter_add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node_info: NodeInfo
+    ) -> Status | None: ...
+
+    def run_pre_filter_remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node_info: NodeInfo
+    ) -> Status | None: ...

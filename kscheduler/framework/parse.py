@@ -1,0 +1,367 @@
+"""Raw JSON (as decoded from the API server) -> PodInfo / NodeRecord.
+
+Parsing never raises for a pod: a pod with a field the scheduler cannot
+understand becomes a PodInfo with ``parse_error`` set, which the scheduler
+reports on the pod as a FailedScheduling event while the rest keep flowing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kscheduler.framework.selectors import (
+    LabelSelector,
+    NodeSelector,
+    Requirement,
+    SelectorError,
+    parse_preferred_terms,
+)
+from kscheduler.framework.types import (
+    DEFAULT_MEMORY_REQUEST,
+    DEFAULT_MILLI_CPU_REQUEST,
+    DEFAULT_SCHEDULER_NAME,
+    AffinityTerm,
+    HostPort,
+    NodeRecord,
+    ParseError,
+    PodInfo,
+    Resource,
+    Taint,
+    Toleration,
+)
+
+
+def _dict(v: Any, where: str) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ParseError(f"{where}: expected an object, got {type(v).__name__}")
+    return v
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ParseError(f"{where}: expected a list, got {type(v).__name__}")
+    return v
+
+
+def _str_map(v: Any, where: str) -> dict[str, str]:
+    d = _dict(v, where)
+    for k, x in d.items():
+        if not isinstance(x, str):
+            raise ParseError(f"{where}.{k}: expected a string")
+    return d
+
+
+def _container_requests(c: Mapping[str, Any], where: str) -> Resource:
+    res = _dict(c.get("resources"), f"{where}.resources")
+    return Resource.from_list(_dict(res.get("requests"), f"{where}.resources.requests"), f"{where}.resources.requests")
+
+
+def _non_zero(r: Resource) -> tuple[int, int]:
+    return (
+        r.milli_cpu if r.milli_cpu else DEFAULT_MILLI_CPU_REQUEST,
+        r.memory if r.memory else DEFAULT_MEMORY_REQUEST,
+    )
+
+
+def pod_requests(spec: Mapping[str, Any]) -> tuple[Resource, int, int]:
+    """The pod's effective request and its non-zero CPU/memory for scoring.
+
+    Regular containers and restartable init containers (sidecars) add up; each
+    ordinary init container needs its own request plus the sidecars started
+    before it; the pod needs the larger of the two, plus its overhead.
+    Pod-level requests, where given, replace the container sum for that resource.
+    """
+    total = Resource()
+    nz_cpu = nz_mem = 0
+    for i, c in enumerate(_list(spec.get("containers"), "spec.containers")):
+        r = _container_requests(_dict(c, f"spec.containers[{i}]"), f"spec.containers[{i}]")
+        total.add(r)
+        a, b = _non_zero(r)
+        nz_cpu += a
+        nz_mem += b
+    sidecars = Resource()
+    sc_cpu = sc_mem = 0
+    init_max = Resource()
+    init_nz_cpu = init_nz_mem = 0
+    for i, c in enumerate(_list(spec.get("initContainers"), "spec.initContainers")):
+        c = _dict(c, f"spec.initContainers[{i}]")
+        r = _container_requests(c, f"spec.initContainers[{i}]")
+        a, b = _non_zero(r)
+        if c.get("restartPolicy") == "Always":
+            total.add(r)
+            nz_cpu += a
+            nz_mem += b
+            sidecars.add(r)
+            sc_cpu += a
+            sc_mem += b
+            need, need_cpu, need_mem = sidecars.copy(), sc_cpu, sc_mem
+        else:
+            need = r.copy()
+            need.add(sidecars)
+            need_cpu, need_mem = a + sc_cpu, b + sc_mem
+        init_max.set_max(need)
+        init_nz_cpu = max(init_nz_cpu, need_cpu)
+        init_nz_mem = max(init_nz_mem, need_mem)
+    total.set_max(init_max)
+    nz_cpu = max(nz_cpu, init_nz_cpu)
+    nz_mem = max(nz_mem, init_nz_mem)
+    pod_level = _dict(_dict(spec.get("resources"), "spec.resources").get("requests"), "spec.resources.requests")
+    if pod_level:
+        pl = Resource.from_list(pod_level, "spec.resources.requests")
+        if "cpu" in pod_level:
+            total.milli_cpu = nz_cpu = pl.milli_cpu
+        if "memory" in pod_level:
+            total.memory = nz_mem = pl.memory
+        if "ephemeral-storage" in pod_level:
+            total.ephemeral_storage = pl.ephemeral_storage
+    overhead = spec.get("overhead")
+    if overhead:
+        o = Resource.from_list(_dict(overhead, "spec.overhead"), "spec.overhead")
+        total.add(o)
+        nz_cpu += o.milli_cpu
+        nz_mem += o.memory
+    return total, nz_cpu, nz_mem
+
+
+def _tolerations(raw: Any) -> tuple[Toleration, ...]:
+    out = []
+    for i, t in enumerate(_list(raw, "spec.tolerations")):
+        t = _dict(t, f"spec.tolerations[{i}]")
+        op = t.get("operator") or "Equal"
+        if op not in ("Equal", "Exists"):
+            raise ParseError(f"spec.tolerations[{i}].operator: unsupported operator {op!r}")
+        out.append(
+            Toleration(
+                str(t.get("key") or ""), op, str(t.get("value") or ""), str(t.get("effect") or "")
+            )
+        )
+    return tuple(out)
+
+
+def _affinity_terms(
+    raw: Any, namespace: str, where: str, weighted: bool
+) -> tuple[AffinityTerm, ...]:
+    out = []
+    for i, item in enumerate(_list(raw, where)):
+        item = _dict(item, f"{where}[{i}]")
+        weight = 0
+        term = item
+        w = f"{where}[{i}]"
+        if weighted:
+            weight = item.get("weight", 0)
+            if not isinstance(weight, int):
+                raise ParseError(f"{w}.weight: expected an integer")
+            term = _dict(item.get("podAffinityTerm"), f"{w}.podAffinityTerm")
+            w += ".podAffinityTerm"
+        key = term.get("topologyKey")
+        if not isinstance(key, str) or not key:
+            raise ParseError(f"{w}.topologyKey: must be a non-empty string")
+        ls = term.get("labelSelector")
+        # A nil label selector matches no pods; represent it with an impossible requirement.
+        selector = LabelSelector.parse(ls, f"{w}.labelSelector") if ls is not None else _NOTHING
+        nss = _list(term.get("namespaces"), f"{w}.namespaces")
+        ns_sel_raw = term.get("namespaceSelector")
+        ns_sel = LabelSelector.parse(ns_sel_raw, f"{w}.namespaceSelector") if ns_sel_raw is not None else None
+        namespaces = frozenset(str(n) for n in nss)
+        if not namespaces and ns_sel is None:
+            namespaces = frozenset({namespace})
+        out.append(AffinityTerm(selector, namespaces, ns_sel, key, weight))
+    return tuple(out)
+
+
+#: A nil label selector matches no pods: one key required both present and absent.
+_NOTHING = LabelSelector(
+    (),
+    (
+        Requirement("\x00", "Exists", frozenset()),
+        Requirement("\x00", "DoesNotExist", frozenset()),
+    ),
+)
+
+
+def _apply_match_label_keys(
+    terms: tuple[AffinityTerm, ...], raw: Any, labels: Mapping[str, str], where: str
+) -> tuple[AffinityTerm, ...]:
+    """matchLabelKeys / mismatchLabelKeys add In / NotIn requirements from the pod's labels."""
+    items = _list(raw, where)
+    if not any(isinstance(it, dict) and (it.get("matchLabelKeys") or it.get("mismatchLabelKeys") or _inner_keys(it)) for it in items):
+        return terms
+    out = []
+    for term, item in zip(terms, items, strict=True):
+        inner = item.get("podAffinityTerm", item) if isinstance(item, dict) else {}
+        extra = []
+        for k in inner.get("matchLabelKeys") or []:
+            if k in labels:
+                extra.append(Requirement(k, "In", frozenset({labels[k]})))
+        for k in inner.get("mismatchLabelKeys") or []:
+            if k in labels:
+                extra.append(Requirement(k, "NotIn", frozenset({labels[k]})))
+        if extra and term.selector is not _NOTHING:
+            sel = LabelSelector(term.selector.match_labels, term.selector.requirements + tuple(extra))
+            term = AffinityTerm(sel, term.namespaces, term.namespace_selector, term.topology_key, term.weight)
+        out.append(term)
+    return tuple(out)
+
+
+def _inner_keys(item: Mapping[str, Any]) -> bool:
+    inner = item.get("podAffinityTerm")
+    return isinstance(inner, dict) and bool(inner.get("matchLabelKeys") or inner.get("mismatchLabelKeys"))
+
+
+def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    out = []
+    containers = _list(spec.get("containers"), "spec.containers")
+    inits = [
+        c for c in _list(spec.get("initContainers"), "spec.initContainers")
+        if isinstance(c, dict) and c.get("restartPolicy") == "Always"
+    ]
+    for i, c in enumerate(containers + inits):
+        for j, p in enumerate(_list(_dict(c, "spec.containers").get("ports"), f"spec.containers[{i}].ports")):
+            p = _dict(p, f"spec.containers[{i}].ports[{j}]")
+            hp = p.get("hostPort") or 0
+            if not isinstance(hp, int):
+                raise ParseError(f"spec.containers[{i}].ports[{j}].hostPort: expected an integer")
+            if hp <= 0:
+                continue
+            ip = p.get("hostIP") or "0.0.0.0"
+            out.append(HostPort(str(ip), str(p.get("protocol") or "TCP"), hp))
+    return tuple(out)
+
+
+def parse_pod(raw: dict[str, Any]) -> PodInfo:
+    """Build a PodInfo; on bad input the result carries ``parse_error``."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    meta.pop("managedFields", None)
+    uid = str(meta.get("uid", ""))
+    ns = str(meta.get("namespace", ""))
+    name = str(meta.get("name", ""))
+    try:
+        return _parse_pod(raw, meta, uid, ns, name)
+    except (ParseError, SelectorError, ValueError, TypeError, AttributeError) as exc:
+        spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+        assert isinstance(spec, dict)
+        return PodInfo(
+            uid=uid,
+            namespace=ns,
+            name=name,
+            resource_version=str(meta.get("resourceVersion", "")),
+            node_name=str(spec.get("nodeName") or ""),
+            scheduler_name=str(spec.get("schedulerName") or DEFAULT_SCHEDULER_NAME),
+            deleting=bool(meta.get("deletionTimestamp")),
+            creation_timestamp=str(meta.get("creationTimestamp", "")),
+            raw=raw,
+            parse_error=str(exc),
+        )
+
+
+def _parse_pod(
+    raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, name: str
+) -> PodInfo:
+    spec = _dict(raw.get("spec"), "spec")
+    status = _dict(raw.get("status"), "status")
+    labels = _str_map(meta.get("labels"), "metadata.labels")
+    affinity = _dict(spec.get("affinity"), "spec.affinity")
+    na = _dict(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    req_raw = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = (
+        NodeSelector.parse(
+            _dict(req_raw, "nodeAffinity.required"),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        )
+        if req_raw is not None
+        else None
+    )
+    preferred = parse_preferred_terms(
+        _list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.preferred"),
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+    )
+    pa = _dict(affinity.get("podAffinity"), "spec.affinity.podAffinity")
+    paa = _dict(affinity.get("podAntiAffinity"), "spec.affinity.podAntiAffinity")
+    req_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    pref_key = "preferredDuringSchedulingIgnoredDuringExecution"
+
+    def terms(src: dict[str, Any], key: str, where: str, weighted: bool) -> tuple[AffinityTerm, ...]:
+        t = _affinity_terms(src.get(key), ns, where, weighted)
+        return _apply_match_label_keys(t, src.get(key), labels, where) if t else t
+
+    priority = spec.get("priority") or 0
+    if not isinstance(priority, int):
+        raise ParseError("spec.priority: expected an integer")
+    requests, nz_cpu, nz_mem = pod_requests(spec)
+    images = []
+    for key in ("containers", "initContainers"):
+        for c in _list(spec.get(key), f"spec.{key}"):
+            if isinstance(c, dict) and isinstance(c.get("image"), str):
+                images.append(c["image"])
+    gates = tuple(
+        str(_dict(g, "spec.schedulingGates").get("name", ""))
+        for g in _list(spec.get("schedulingGates"), "spec.schedulingGates")
+    )
+    return PodInfo(
+        uid=uid,
+        namespace=ns,
+        name=name,
+        resource_version=str(meta.get("resourceVersion", "")),
+        labels=labels,
+        annotations=_str_map(meta.get("annotations"), "metadata.annotations"),
+        node_name=str(spec.get("nodeName") or ""),
+        scheduler_name=str(spec.get("schedulerName") or DEFAULT_SCHEDULER_NAME),
+        priority=priority,
+        preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
+        node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+        required_node_affinity=required,
+        preferred_node_affinity=preferred,
+        required_affinity=terms(pa, req_key, f"spec.affinity.podAffinity.{req_key}", False),
+        required_anti_affinity=terms(paa, req_key, f"spec.affinity.podAntiAffinity.{req_key}", False),
+        preferred_affinity=terms(pa, pref_key, f"spec.affinity.podAffinity.{pref_key}", True),
+        preferred_anti_affinity=terms(paa, pref_key, f"spec.affinity.podAntiAffinity.{pref_key}", True),
+        tolerations=_tolerations(spec.get("tolerations")),
+        host_ports=_host_ports(spec),
+        requests=requests,
+        non_zero_cpu=nz_cpu,
+        non_zero_memory=nz_mem,
+        scheduling_gates=gates,
+        images=tuple(images),
+        deleting=bool(meta.get("deletionTimestamp")),
+        creation_timestamp=str(meta.get("creationTimestamp", "")),
+        start_time=str(status.get("startTime") or ""),
+        nominated_node_name=str(status.get("nominatedNodeName") or ""),
+        phase=str(status.get("phase") or ""),
+        raw=raw,
+    )
+
+
+def parse_node(raw: dict[str, Any]) -> NodeRecord:
+    """Build a NodeRecord; raises ParseError naming the field on bad input."""
+    meta = _dict(raw.get("metadata"), "metadata")
+    meta.pop("managedFields", None)
+    spec = _dict(raw.get("spec"), "spec")
+    status = _dict(raw.get("status"), "status")
+    taints = []
+    for i, t in enumerate(_list(spec.get("taints"), "spec.taints")):
+        t = _dict(t, f"spec.taints[{i}]")
+        taints.append(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", ""))))
+    images: dict[str, int] = {}
+    for img in _list(status.get("images"), "status.images"):
+        if not isinstance(img, dict):
+            continue
+        size = img.get("sizeBytes") or 0
+        for n in img.get("names") or []:
+            if isinstance(n, str):
+                images[n] = int(size)
+    return NodeRecord(
+        name=str(meta.get("name", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        labels=_str_map(meta.get("labels"), "metadata.labels"),
+        taints=tuple(taints),
+        allocatable=Resource.from_list(_dict(status.get("allocatable"), "status.allocatable"), "status.allocatable"),
+        unschedulable=bool(spec.get("unschedulable")),
+        images=images,
+        raw=raw,
+    )

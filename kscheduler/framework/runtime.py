@@ -1,0 +1,493 @@
+"""The framework runtime: one instance per profile, running plugins per extension point."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.interface import (
+    BindPlugin,
+    ClusterClient,
+    ClusterEventWithHint,
+    EnqueueExtensions,
+    EventRecorder,
+    FilterPlugin,
+    NodeScore,
+    NodeToStatus,
+    ObjectLister,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScoreNormalizer,
+    ScorePlugin,
+    SharedLister,
+)
+from kscheduler.framework.registry import Registry
+from kscheduler.framework.status import Code, Status
+from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
+
+#: Permit may hold a pod for at most this long.
+MAX_PERMIT_WAIT = 15 * 60.0
+
+
+class Nominator(Protocol):
+    def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]: ...
+
+
+class FrameworkObserver(Protocol):
+    """Metrics hook: the framework reports durations, plugins hold no metrics code."""
+
+    def extension_point(self, point: str, status: Status | None, seconds: float) -> None: ...
+
+
+@dataclass(slots=True)
+class ProfileSpec:
+    """A resolved profile: plugin names per extension point, weights and args."""
+
+    scheduler_name: str
+    points: Mapping[str, Sequence[str]]
+    score_weights: Mapping[str, int] = field(default_factory=dict)
+    args: Mapping[str, Any] = field(default_factory=dict)
+    percentage_of_nodes_to_score: int | None = None
+
+
+class WaitingPodEntry:
+    """A pod held by Permit; the binding cycle awaits its verdict."""
+
+    def __init__(self, pod: PodInfo, plugins: dict[str, float]) -> None:
+        self._pod = pod
+        self._pending = dict(plugins)
+        self._future: asyncio.Future[Status | None] = asyncio.get_running_loop().create_future()
+        self._timers = [
+            asyncio.get_running_loop().call_later(
+                t, self.reject, name, f"rejected due to timeout after waiting {t:g}s at plugin {name}"
+            )
+            for name, t in plugins.items()
+        ]
+
+    @property
+    def pod(self) -> PodInfo:
+        return self._pod
+
+    def pending_plugins(self) -> list[str]:
+        return list(self._pending)
+
+    def allow(self, plugin: str) -> None:
+        self._pending.pop(plugin, None)
+        if not self._pending and not self._future.done():
+            self._cancel_timers()
+            self._future.set_result(None)
+
+    def reject(self, plugin: str, message: str) -> None:
+        if not self._future.done():
+            self._cancel_timers()
+            self._future.set_result(Status(Code.UNSCHEDULABLE, [message], plugin))
+
+    def _cancel_timers(self) -> None:
+        for t in self._timers:
+            t.cancel()
+
+    async def wait(self) -> Status | None:
+        return await self._future
+
+
+class Framework:
+    """Runs the plugins of one profile. Implements the plugins' Handle."""
+
+    def __init__(
+        self,
+        spec: ProfileSpec,
+        registry: Registry,
+        *,
+        snapshot: SharedLister,
+        objects: ObjectLister,
+        client: ClusterClient,
+        recorder: EventRecorder,
+        nominator: Nominator | None = None,
+        observer: FrameworkObserver | None = None,
+    ) -> None:
+        self.spec = spec
+        self.profile_name = spec.scheduler_name
+        self._snapshot = snapshot
+        self._objects = objects
+        self._client = client
+        self._recorder = recorder
+        self._nominator = nominator
+        self.observer = observer
+        self.waiting_pods: dict[str, WaitingPodEntry] = {}
+        self.plugins: dict[str, Plugin] = {}
+        needed: list[str] = []
+        for names in spec.points.values():
+            for n in names:
+                if n not in needed:
+                    needed.append(n)
+        for name in needed:
+            entry = registry[name]
+            args = spec.args.get(name)
+            if args is None and entry.parse_args is not None:
+                args = entry.parse_args({})
+            self.plugins[name] = entry.factory(args, self)
+
+        def pick(point: str, proto: type) -> list[Any]:
+            out = []
+            for n in spec.points.get(point, ()):
+                p = self.plugins[n]
+                if not isinstance(p, proto):
+                    raise ValueError(f"plugin {n!r} does not implement extension point {point}")
+                out.append(p)
+            return out
+
+        self.pre_enqueue_plugins: list[PreEnqueuePlugin] = pick("preEnqueue", PreEnqueuePlugin)
+        qs = pick("queueSort", QueueSortPlugin)
+        if len(qs) != 1:
+            raise ValueError(f"profile {spec.scheduler_name}: exactly one queueSort plugin is required")
+        self.queue_sort: QueueSortPlugin = qs[0]
+        self.pre_filter_plugins: list[PreFilterPlugin] = pick("preFilter", PreFilterPlugin)
+        self.filter_plugins: list[FilterPlugin] = pick("filter", FilterPlugin)
+        self.post_filter_plugins: list[PostFilterPlugin] = pick("postFilter", PostFilterPlugin)
+        self.pre_score_plugins: list[PreScorePlugin] = pick("preScore", PreScorePlugin)
+        self.score_plugins: list[ScorePlugin] = pick("score", ScorePlugin)
+        self.reserve_plugins: list[ReservePlugin] = pick("reserve", ReservePlugin)
+        self.permit_plugins: list[PermitPlugin] = pick("permit", PermitPlugin)
+        self.pre_bind_plugins: list[PreBindPlugin] = pick("preBind", PreBindPlugin)
+        self.bind_plugins: list[BindPlugin] = pick("bind", BindPlugin)
+        self.post_bind_plugins: list[PostBindPlugin] = pick("postBind", PostBindPlugin)
+        if not self.bind_plugins:
+            raise ValueError(f"profile {spec.scheduler_name}: at least one bind plugin is required")
+        self.score_weights = {p.name: spec.score_weights.get(p.name, 1) for p in self.score_plugins}
+        for name, w in self.score_weights.items():
+            if w <= 0:
+                raise ValueError(f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0")
+        # (plugin, filter-as-bound-method) pairs for the hot loop
+        self._filters = [(p.name, p.filter) for p in self.filter_plugins]
+
+    # ---- Handle -------------------------------------------------------------------------
+    @property
+    def snapshot(self) -> SharedLister:
+        return self._snapshot
+
+    @property
+    def objects(self) -> ObjectLister:
+        return self._objects
+
+    @property
+    def client(self) -> ClusterClient:
+        return self._client
+
+    @property
+    def recorder(self) -> EventRecorder:
+        return self._recorder
+
+    def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
+        return self._nominator.nominated_pods_for_node(node_name) if self._nominator else []
+
+    def iterate_waiting_pods(self) -> list[WaitingPodEntry]:  # type: ignore[override]
+        return list(self.waiting_pods.values())
+
+    def get_waiting_pod(self, uid: str) -> WaitingPodEntry | None:
+        return self.waiting_pods.get(uid)
+
+    # ---- queue side ---------------------------------------------------------------------
+    def queue_sort_key(self) -> Callable[[QueuedPodInfo], Any]:
+        fast = getattr(self.queue_sort, "sort_key", None)
+        if callable(fast):
+            return fast  # type: ignore[no-any-return]
+        less = self.queue_sort.less
+
+        def cmp(a: QueuedPodInfo, b: QueuedPodInfo) -> int:
+            return -1 if less(a, b) else (1 if less(b, a) else 0)
+
+        key = functools.cmp_to_key(cmp)
+        return key
+
+    def run_pre_enqueue(self, pod: PodInfo) -> Status | None:
+        for p in self.pre_enqueue_plugins:
+            st = _call(p.name, p.pre_enqueue, pod)
+            if st is not None and st.code != Code.SUCCESS:
+                return st.with_plugin(p.name)
+        return None
+
+    def events_to_register(self) -> dict[str, list[ClusterEventWithHint]]:
+        out: dict[str, list[ClusterEventWithHint]] = {}
+        for name, p in self.plugins.items():
+            if isinstance(p, EnqueueExtensions):
+                out[name] = p.events_to_register()
+        return out
+
+    # ---- scheduling cycle ---------------------------------------------------------------
+    def run_pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status | None, set[str]]:
+        """Returns the merged node restriction, the first failure, and the rejecting plugins."""
+        t0 = time.perf_counter()
+        result: PreFilterResult | None = None
+        rejecting: set[str] = set()
+        status: Status | None = None
+        narrowing: list[str] = []
+        for p in self.pre_filter_plugins:
+            try:
+                r, st = p.pre_filter(state, pod, nodes)
+            except Exception as exc:  # a plugin bug must not take the loop down
+                status = Status.as_error(exc, p.name)
+                break
+            if st is not None and st.code == Code.SKIP:
+                state.skip_filter_plugins.add(p.name)
+                continue
+            if st is not None and st.code != Code.SUCCESS:
+                st.with_plugin(p.name)
+                if st.is_rejection():
+                    rejecting.add(p.name)
+                status = st
+                break
+            if r is not None and r.node_names is not None:
+                narrowing.append(p.name)
+                result = r if result is None else result.merge(r)
+                if not result.node_names:
+                    status = Status.unresolvable(
+                        "node(s) didn't satisfy plugin(s) " + str(sorted(narrowing))
+                    )
+                    rejecting.update(narrowing)
+                    break
+        self._observe("PreFilter", status, t0)
+        return result, status, rejecting
+
+    def run_filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
+        skip = state.skip_filter_plugins
+        for name, f in self._filters:
+            if skip and name in skip:
+                continue
+            try:
+                st = f(state, pod, node_info)
+            except Exception as exc:
+                return Status.as_error(exc, name)
+            if st is not None and st.code != Code.SUCCESS:
+                if not st.plugin:
+                    st.plugin = name
+                return st
+        return None
+
+    def run_pre_filter_add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node_info: NodeInfo
+    ) -> Status | None:
+        for p in self.pre_filter_plugins:
+            if p.name in state.skip_filter_plugins:
+                continue
+            ext = getattr(p, "pre_filter_extensions", None)
+            ex = ext() if callable(ext) else None
+            if ex is None:
+                continue
+            st = _call(p.name, ex.add_pod, state, pod, pod_to_add, node_info)
+            if st is not None and st.code != Code.SUCCESS:
+                return st.with_plugin(p.name)
+        return None
+
+    def run_pre_filter_remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node_info: NodeInfo
+    ) -> Status | None:
+        for p in self.pre_filter_plugins:
+            if p.name in state.skip_filter_plugins:
+                continue
+            ext = getattr(p, "pre_filter_extensions", None)
+            ex = ext() if callable(ext) else None
+            if ex is None:
+                continue
+            st = _call(p.name, ex.remove_pod, state, pod, pod_to_remove, node_info)
+            if st is not None and st.code != Code.SUCCESS:
+                return st.with_plugin(p.name)
+        return None
+
+    def run_filter_with_nominated_pods(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> Status | None:
+        """Filter twice when pods of equal or higher priority are nominated to the node:
+        once with them added (they will be there), once without (they may not come)."""
+        nominated = self._nominator.nominated_pods_for_node(node_info.name) if self._nominator else []
+        if nominated:
+            added = [
+                p for p in nominated if p.priority >= pod.priority and p.uid != pod.uid
+            ]
+            if added:
+                ni = node_info.clone()
+                st2 = state.clone()
+                for p in added:
+                    ni.add_pod(p)
+                    err = self.run_pre_filter_add_pod(st2, pod, p, ni)
+                    if err is not None:
+                        return err
+                st = self.run_filter(st2, pod, ni)
+                if st is not None:
+                    return st
+        return self.run_filter(state, pod, node_info)
+
+    async def run_post_filter(
+        self, state: CycleState, pod: PodInfo, statuses: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status | None]:
+        t0 = time.perf_counter()
+        reasons: list[str] = []
+        result: PostFilterResult | None = None
+        final: Status | None = Status.unschedulable()
+        for p in self.post_filter_plugins:
+            try:
+                r, st = await p.post_filter(state, pod, statuses)
+            except Exception as exc:
+                final = Status.as_error(exc, p.name)
+                break
+            if st is None or st.code == Code.SUCCESS:
+                result, final = r, None
+                break
+            st.with_plugin(p.name)
+            if st.code == Code.ERROR:
+                final = st
+                break
+            reasons.extend(st.reasons)
+            result = r
+            final = Status(st.code if st.code != Code.SKIP else Code.UNSCHEDULABLE, reasons, p.name)
+        self._observe("PostFilter", final, t0)
+        return result, final
+
+    def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status | None:
+        t0 = time.perf_counter()
+        status = None
+        for p in self.pre_score_plugins:
+            st = _call(p.name, p.pre_score, state, pod, nodes)
+            if st is None or st.code == Code.SUCCESS:
+                continue
+            if st.code == Code.SKIP:
+                state.skip_score_plugins.add(p.name)
+                continue
+            status = st.with_plugin(p.name)
+            break
+        self._observe("PreScore", status, t0)
+        return status
+
+    def run_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[dict[str, list[NodeScore]], Status | None]:
+        """Per plugin: normalised, weighted scores in the order of ``nodes``."""
+        t0 = time.perf_counter()
+        out: dict[str, list[NodeScore]] = {}
+        skip = state.skip_score_plugins
+        for p in self.score_plugins:
+            if p.name in skip:
+                continue
+            scores: list[NodeScore] = []
+            fn = p.score
+            try:
+                for ni in nodes:
+                    s, st = fn(state, pod, ni)
+                    if st is not None and st.code != Code.SUCCESS:
+                        return out, st.with_plugin(p.name)
+                    scores.append(NodeScore(ni.name, s))
+                if isinstance(p, ScoreNormalizer):
+                    st = p.normalize_score(state, pod, scores)
+                    if st is not None and st.code != Code.SUCCESS:
+                        return out, st.with_plugin(p.name)
+            except Exception as exc:
+                return out, Status.as_error(exc, p.name)
+            w = self.score_weights[p.name]
+            for ns in scores:
+                if not 0 <= ns.score <= 100:
+                    return out, Status.as_error(
+                        f"plugin {p.name} returns an invalid score {ns.score}, it should be in the "
+                        "range of [0, 100] after normalizing",
+                        p.name,
+                    )
+                ns.score *= w
+            out[p.name] = scores
+        self._observe("Score", None, t0)
+        return out, None
+
+    def run_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        for p in self.reserve_plugins:
+            st = _call(p.name, p.reserve, state, pod, node_name)
+            if st is not None and st.code != Code.SUCCESS:
+                return st.with_plugin(p.name)
+        return None
+
+    def run_unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        for p in reversed(self.reserve_plugins):
+            _call(p.name, p.unreserve, state, pod, node_name)
+
+    def run_permit(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        waits: dict[str, float] = {}
+        for p in self.permit_plugins:
+            try:
+                st, timeout = p.permit(state, pod, node_name)
+            except Exception as exc:
+                return Status.as_error(exc, p.name)
+            if st is None or st.code == Code.SUCCESS:
+                continue
+            if st.code == Code.WAIT:
+                waits[p.name] = min(max(timeout, 0.0), MAX_PERMIT_WAIT)
+                continue
+            return st.with_plugin(p.name)
+        if waits:
+            self.waiting_pods[pod.uid] = WaitingPodEntry(pod, waits)
+            return Status.wait("waiting on permit")
+        return None
+
+    async def wait_on_permit(self, pod: PodInfo) -> Status | None:
+        entry = self.waiting_pods.get(pod.uid)
+        if entry is None:
+            return None
+        try:
+            return await entry.wait()
+        finally:
+            self.waiting_pods.pop(pod.uid, None)
+
+    async def run_pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        for p in self.pre_bind_plugins:
+            try:
+                st = await p.pre_bind(state, pod, node_name)
+            except Exception as exc:
+                return Status.as_error(exc, p.name)
+            if st is not None and st.code not in (Code.SUCCESS, Code.SKIP):
+                return st.with_plugin(p.name)
+        return None
+
+    async def run_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        t0 = time.perf_counter()
+        status: Status | None = Status.skip()
+        for p in self.bind_plugins:
+            try:
+                st = await p.bind(state, pod, node_name)
+            except Exception as exc:
+                status = Status.as_error(exc, p.name)
+                break
+            if st is not None and st.code == Code.SKIP:
+                continue
+            status = st.with_plugin(p.name) if st is not None else None
+            break
+        if status is not None and status.code == Code.SKIP:
+            status = Status.as_error("no bind plugin bound the pod")
+        self._observe("Bind", status, t0)
+        return status
+
+    def run_post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        for p in self.post_bind_plugins:
+            _call(p.name, p.post_bind, state, pod, node_name)
+
+    def _observe(self, point: str, status: Status | None, t0: float) -> None:
+        if self.observer is not None:
+            self.observer.extension_point(point, status, time.perf_counter() - t0)
+
+
+def _call(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return Status.as_error(exc, name)
