@@ -18,6 +18,8 @@ from kscheduler.framework.interface import (
     PostFilterResult,
     PreFilterResult,
     QueueingHint,
+)
+from kscheduler.framework.interface import (
     Resource as EventResource,
 )
 from kscheduler.framework.registry import PluginEntry, Registry
@@ -50,8 +52,8 @@ __all__ = [
     "PodInfo",
     "PostFilterResult",
     "PreFilterResult",
-    "QueueingHint",
     "QueuedPodInfo",
+    "QueueingHint",
     "Registry",
     "Resource",
     "Status",

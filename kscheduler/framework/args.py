@@ -226,9 +226,7 @@ class Fields:
         value = self.optional_number(name, minimum=minimum, maximum=maximum)
         return default if value is None else value
 
-    def optional_string(
-        self, name: str, *, choices: Collection[str] | None = None
-    ) -> str | None:
+    def optional_string(self, name: str, *, choices: Collection[str] | None = None) -> str | None:
         value = self.raw(name)
         if value is None:
             return None
@@ -236,7 +234,9 @@ class Fields:
             raise self.error(name, f"expected string, got {describe(value)}")
         if choices is not None and value not in choices:
             allowed = ", ".join(json.dumps(c) for c in choices)
-            raise self.error(name, f"unsupported value {json.dumps(value)}: must be one of {allowed}")
+            raise self.error(
+                name, f"unsupported value {json.dumps(value)}: must be one of {allowed}"
+            )
         return value
 
     def string(

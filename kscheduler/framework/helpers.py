@@ -5,7 +5,9 @@ from __future__ import annotations
 from kscheduler.framework.interface import MAX_NODE_SCORE, NodeScore
 
 
-def default_normalize_score(scores: list[NodeScore], *, reverse: bool, max_score: int = MAX_NODE_SCORE) -> None:
+def default_normalize_score(
+    scores: list[NodeScore], *, reverse: bool, max_score: int = MAX_NODE_SCORE
+) -> None:
     """Scale scores to [0, max_score] by the highest score; ``reverse`` flips them.
 
     All-zero scores stay zero, or become ``max_score`` when reversed.

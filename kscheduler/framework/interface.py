@@ -78,9 +78,9 @@ class ClusterEvent:
         """Whether this registered event covers the incoming event ``other``."""
         if self.resource is Resource.WILDCARD and self.action == ActionType.ALL:
             return True
-        return (
-            self.resource is Resource.WILDCARD or self.resource is other.resource
-        ) and bool(self.action & other.action)
+        return (self.resource is Resource.WILDCARD or self.resource is other.resource) and bool(
+            self.action & other.action
+        )
 
     def __str__(self) -> str:
         return self.label or f"{self.resource.value}{self.action.name or int(self.action)}"
@@ -206,19 +206,25 @@ class PostFilterPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PreScorePlugin(Plugin, Protocol):
-    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status | None:
+    def pre_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> Status | None:
         """Success, Skip (its Score is not run), Error."""
 
 
 @runtime_checkable
 class ScorePlugin(Plugin, Protocol):
-    def score(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> tuple[int, Status | None]:
+    def score(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> tuple[int, Status | None]:
         """A score (after normalisation within [0, 100]); Error fails the attempt."""
 
 
 @runtime_checkable
 class ScoreNormalizer(Protocol):
-    def normalize_score(self, state: CycleState, pod: PodInfo, scores: list[NodeScore]) -> Status | None:
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, scores: list[NodeScore]
+    ) -> Status | None:
         """Rewrite ``scores`` in place into [0, 100]."""
 
 
@@ -233,7 +239,9 @@ class ReservePlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PermitPlugin(Plugin, Protocol):
-    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status | None, float]:
+    def permit(
+        self, state: CycleState, pod: PodInfo, node_name: str
+    ) -> tuple[Status | None, float]:
         """Success, Wait with a timeout in seconds, or a rejection."""
 
 

@@ -58,7 +58,9 @@ def _str_map(v: Any, where: str) -> dict[str, str]:
 
 def _container_requests(c: Mapping[str, Any], where: str) -> Resource:
     res = _dict(c.get("resources"), f"{where}.resources")
-    return Resource.from_list(_dict(res.get("requests"), f"{where}.resources.requests"), f"{where}.resources.requests")
+    return Resource.from_list(
+        _dict(res.get("requests"), f"{where}.resources.requests"), f"{where}.resources.requests"
+    )
 
 
 def _non_zero(r: Resource) -> tuple[int, int]:
@@ -110,7 +112,9 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[Resource, int, int]:
     total.set_max(init_max)
     nz_cpu = max(nz_cpu, init_nz_cpu)
     nz_mem = max(nz_mem, init_nz_mem)
-    pod_level = _dict(_dict(spec.get("resources"), "spec.resources").get("requests"), "spec.resources.requests")
+    pod_level = _dict(
+        _dict(spec.get("resources"), "spec.resources").get("requests"), "spec.resources.requests"
+    )
     if pod_level:
         pl = Resource.from_list(pod_level, "spec.resources.requests")
         if "cpu" in pod_level:
@@ -166,7 +170,11 @@ def _affinity_terms(
         selector = LabelSelector.parse(ls, f"{w}.labelSelector") if ls is not None else _NOTHING
         nss = _list(term.get("namespaces"), f"{w}.namespaces")
         ns_sel_raw = term.get("namespaceSelector")
-        ns_sel = LabelSelector.parse(ns_sel_raw, f"{w}.namespaceSelector") if ns_sel_raw is not None else None
+        ns_sel = (
+            LabelSelector.parse(ns_sel_raw, f"{w}.namespaceSelector")
+            if ns_sel_raw is not None
+            else None
+        )
         namespaces = frozenset(str(n) for n in nss)
         if not namespaces and ns_sel is None:
             namespaces = frozenset({namespace})
@@ -189,7 +197,11 @@ def _apply_match_label_keys(
 ) -> tuple[AffinityTerm, ...]:
     """matchLabelKeys / mismatchLabelKeys add In / NotIn requirements from the pod's labels."""
     items = _list(raw, where)
-    if not any(isinstance(it, dict) and (it.get("matchLabelKeys") or it.get("mismatchLabelKeys") or _inner_keys(it)) for it in items):
+    if not any(
+        isinstance(it, dict)
+        and (it.get("matchLabelKeys") or it.get("mismatchLabelKeys") or _inner_keys(it))
+        for it in items
+    ):
         return terms
     out = []
     for term, item in zip(terms, items, strict=True):
@@ -202,26 +214,35 @@ def _apply_match_label_keys(
             if k in labels:
                 extra.append(Requirement(k, "NotIn", frozenset({labels[k]})))
         if extra and term.selector is not _NOTHING:
-            sel = LabelSelector(term.selector.match_labels, term.selector.requirements + tuple(extra))
-            term = AffinityTerm(sel, term.namespaces, term.namespace_selector, term.topology_key, term.weight)
+            sel = LabelSelector(
+                term.selector.match_labels, term.selector.requirements + tuple(extra)
+            )
+            term = AffinityTerm(
+                sel, term.namespaces, term.namespace_selector, term.topology_key, term.weight
+            )
         out.append(term)
     return tuple(out)
 
 
 def _inner_keys(item: Mapping[str, Any]) -> bool:
     inner = item.get("podAffinityTerm")
-    return isinstance(inner, dict) and bool(inner.get("matchLabelKeys") or inner.get("mismatchLabelKeys"))
+    return isinstance(inner, dict) and bool(
+        inner.get("matchLabelKeys") or inner.get("mismatchLabelKeys")
+    )
 
 
 def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     out = []
     containers = _list(spec.get("containers"), "spec.containers")
     inits = [
-        c for c in _list(spec.get("initContainers"), "spec.initContainers")
+        c
+        for c in _list(spec.get("initContainers"), "spec.initContainers")
         if isinstance(c, dict) and c.get("restartPolicy") == "Always"
     ]
     for i, c in enumerate(containers + inits):
-        for j, p in enumerate(_list(_dict(c, "spec.containers").get("ports"), f"spec.containers[{i}].ports")):
+        for j, p in enumerate(
+            _list(_dict(c, "spec.containers").get("ports"), f"spec.containers[{i}].ports")
+        ):
             p = _dict(p, f"spec.containers[{i}].ports[{j}]")
             hp = p.get("hostPort") or 0
             if not isinstance(hp, int):
@@ -260,9 +281,7 @@ def parse_pod(raw: dict[str, Any]) -> PodInfo:
         )
 
 
-def _parse_pod(
-    raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, name: str
-) -> PodInfo:
+def _parse_pod(raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, name: str) -> PodInfo:
     spec = _dict(raw.get("spec"), "spec")
     status = _dict(raw.get("status"), "status")
     labels = _str_map(meta.get("labels"), "metadata.labels")
@@ -286,7 +305,9 @@ def _parse_pod(
     req_key = "requiredDuringSchedulingIgnoredDuringExecution"
     pref_key = "preferredDuringSchedulingIgnoredDuringExecution"
 
-    def terms(src: dict[str, Any], key: str, where: str, weighted: bool) -> tuple[AffinityTerm, ...]:
+    def terms(
+        src: dict[str, Any], key: str, where: str, weighted: bool
+    ) -> tuple[AffinityTerm, ...]:
         t = _affinity_terms(src.get(key), ns, where, weighted)
         return _apply_match_label_keys(t, src.get(key), labels, where) if t else t
 
@@ -318,9 +339,13 @@ def _parse_pod(
         required_node_affinity=required,
         preferred_node_affinity=preferred,
         required_affinity=terms(pa, req_key, f"spec.affinity.podAffinity.{req_key}", False),
-        required_anti_affinity=terms(paa, req_key, f"spec.affinity.podAntiAffinity.{req_key}", False),
+        required_anti_affinity=terms(
+            paa, req_key, f"spec.affinity.podAntiAffinity.{req_key}", False
+        ),
         preferred_affinity=terms(pa, pref_key, f"spec.affinity.podAffinity.{pref_key}", True),
-        preferred_anti_affinity=terms(paa, pref_key, f"spec.affinity.podAntiAffinity.{pref_key}", True),
+        preferred_anti_affinity=terms(
+            paa, pref_key, f"spec.affinity.podAntiAffinity.{pref_key}", True
+        ),
         tolerations=_tolerations(spec.get("tolerations")),
         host_ports=_host_ports(spec),
         requests=requests,
@@ -346,7 +371,9 @@ def parse_node(raw: dict[str, Any]) -> NodeRecord:
     taints = []
     for i, t in enumerate(_list(spec.get("taints"), "spec.taints")):
         t = _dict(t, f"spec.taints[{i}]")
-        taints.append(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", ""))))
+        taints.append(
+            Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+        )
     images: dict[str, int] = {}
     for img in _list(status.get("images"), "status.images"):
         if not isinstance(img, dict):
@@ -360,7 +387,9 @@ def parse_node(raw: dict[str, Any]) -> NodeRecord:
         resource_version=str(meta.get("resourceVersion", "")),
         labels=_str_map(meta.get("labels"), "metadata.labels"),
         taints=tuple(taints),
-        allocatable=Resource.from_list(_dict(status.get("allocatable"), "status.allocatable"), "status.allocatable"),
+        allocatable=Resource.from_list(
+            _dict(status.get("allocatable"), "status.allocatable"), "status.allocatable"
+        ),
         unschedulable=bool(spec.get("unschedulable")),
         images=images,
         raw=raw,

@@ -35,6 +35,7 @@ from kscheduler.framework.interface import (
     ScoreNormalizer,
     ScorePlugin,
     SharedLister,
+    WaitingPod,
 )
 from kscheduler.framework.registry import Registry
 from kscheduler.framework.status import Code, Status
@@ -74,7 +75,10 @@ class WaitingPodEntry:
         self._future: asyncio.Future[Status | None] = asyncio.get_running_loop().create_future()
         self._timers = [
             asyncio.get_running_loop().call_later(
-                t, self.reject, name, f"rejected due to timeout after waiting {t:g}s at plugin {name}"
+                t,
+                self.reject,
+                name,
+                f"rejected due to timeout after waiting {t:g}s at plugin {name}",
             )
             for name, t in plugins.items()
         ]
@@ -154,7 +158,9 @@ class Framework:
         self.pre_enqueue_plugins: list[PreEnqueuePlugin] = pick("preEnqueue", PreEnqueuePlugin)
         qs = pick("queueSort", QueueSortPlugin)
         if len(qs) != 1:
-            raise ValueError(f"profile {spec.scheduler_name}: exactly one queueSort plugin is required")
+            raise ValueError(
+                f"profile {spec.scheduler_name}: exactly one queueSort plugin is required"
+            )
         self.queue_sort: QueueSortPlugin = qs[0]
         self.pre_filter_plugins: list[PreFilterPlugin] = pick("preFilter", PreFilterPlugin)
         self.filter_plugins: list[FilterPlugin] = pick("filter", FilterPlugin)
@@ -171,9 +177,14 @@ class Framework:
         self.score_weights = {p.name: spec.score_weights.get(p.name, 1) for p in self.score_plugins}
         for name, w in self.score_weights.items():
             if w <= 0:
-                raise ValueError(f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0")
+                raise ValueError(
+                    f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0"
+                )
         # (plugin, filter-as-bound-method) pairs for the hot loop
         self._filters = [(p.name, p.filter) for p in self.filter_plugins]
+
+    def set_nominator(self, nominator: Nominator) -> None:
+        self._nominator = nominator
 
     # ---- Handle -------------------------------------------------------------------------
     @property
@@ -195,7 +206,7 @@ class Framework:
     def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
         return self._nominator.nominated_pods_for_node(node_name) if self._nominator else []
 
-    def iterate_waiting_pods(self) -> list[WaitingPodEntry]:  # type: ignore[override]
+    def iterate_waiting_pods(self) -> list[WaitingPod]:
         return list(self.waiting_pods.values())
 
     def get_waiting_pod(self, uid: str) -> WaitingPodEntry | None:
@@ -216,7 +227,7 @@ class Framework:
 
     def run_pre_enqueue(self, pod: PodInfo) -> Status | None:
         for p in self.pre_enqueue_plugins:
-            st = _call(p.name, p.pre_enqueue, pod)
+            st: Status | None = _call(p.name, p.pre_enqueue, pod)
             if st is not None and st.code != Code.SUCCESS:
                 return st.with_plugin(p.name)
         return None
@@ -232,7 +243,11 @@ class Framework:
     def run_pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status | None, set[str]]:
-        """Returns the merged node restriction, the first failure, and the rejecting plugins."""
+        """The merged node restriction, the first failure, and the plugins involved.
+
+        The plugins are the rejecting ones on failure, or those that narrowed the
+        node set on success.
+        """
         t0 = time.perf_counter()
         result: PreFilterResult | None = None
         rejecting: set[str] = set()
@@ -258,12 +273,12 @@ class Framework:
                 result = r if result is None else result.merge(r)
                 if not result.node_names:
                     status = Status.unresolvable(
-                        "node(s) didn't satisfy plugin(s) " + str(sorted(narrowing))
+                        "node(s) didn't satisfy plugin(s) " + go_list(sorted(narrowing))
                     )
                     rejecting.update(narrowing)
                     break
         self._observe("PreFilter", status, t0)
-        return result, status, rejecting
+        return result, status, (rejecting if status is not None else set(narrowing))
 
     def run_filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
         skip = state.skip_filter_plugins
@@ -290,7 +305,7 @@ class Framework:
             ex = ext() if callable(ext) else None
             if ex is None:
                 continue
-            st = _call(p.name, ex.add_pod, state, pod, pod_to_add, node_info)
+            st: Status | None = _call(p.name, ex.add_pod, state, pod, pod_to_add, node_info)
             if st is not None and st.code != Code.SUCCESS:
                 return st.with_plugin(p.name)
         return None
@@ -305,7 +320,7 @@ class Framework:
             ex = ext() if callable(ext) else None
             if ex is None:
                 continue
-            st = _call(p.name, ex.remove_pod, state, pod, pod_to_remove, node_info)
+            st: Status | None = _call(p.name, ex.remove_pod, state, pod, pod_to_remove, node_info)
             if st is not None and st.code != Code.SUCCESS:
                 return st.with_plugin(p.name)
         return None
@@ -315,11 +330,11 @@ class Framework:
     ) -> Status | None:
         """Filter twice when pods of equal or higher priority are nominated to the node:
         once with them added (they will be there), once without (they may not come)."""
-        nominated = self._nominator.nominated_pods_for_node(node_info.name) if self._nominator else []
+        nominated = (
+            self._nominator.nominated_pods_for_node(node_info.name) if self._nominator else []
+        )
         if nominated:
-            added = [
-                p for p in nominated if p.priority >= pod.priority and p.uid != pod.uid
-            ]
+            added = [p for p in nominated if p.priority >= pod.priority and p.uid != pod.uid]
             if added:
                 ni = node_info.clone()
                 st2 = state.clone()
@@ -359,11 +374,13 @@ class Framework:
         self._observe("PostFilter", final, t0)
         return result, final
 
-    def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status | None:
+    def run_pre_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> Status | None:
         t0 = time.perf_counter()
         status = None
         for p in self.pre_score_plugins:
-            st = _call(p.name, p.pre_score, state, pod, nodes)
+            st: Status | None = _call(p.name, p.pre_score, state, pod, nodes)
             if st is None or st.code == Code.SUCCESS:
                 continue
             if st.code == Code.SKIP:
@@ -413,7 +430,7 @@ class Framework:
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
         for p in self.reserve_plugins:
-            st = _call(p.name, p.reserve, state, pod, node_name)
+            st: Status | None = _call(p.name, p.reserve, state, pod, node_name)
             if st is not None and st.code != Code.SUCCESS:
                 return st.with_plugin(p.name)
         return None
@@ -484,6 +501,11 @@ class Framework:
     def _observe(self, point: str, status: Status | None, t0: float) -> None:
         if self.observer is not None:
             self.observer.extension_point(point, status, time.perf_counter() - t0)
+
+
+def go_list(items: Sequence[str]) -> str:
+    """A list formatted as Go's %v prints a slice of strings: [a b]."""
+    return "[" + " ".join(items) + "]"
 
 
 def _call(name: str, fn: Callable[..., Any], *args: Any) -> Any:

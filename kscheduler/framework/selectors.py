@@ -187,6 +187,9 @@ def parse_preferred_terms(raw: Sequence[Any], where: str) -> tuple[PreferredTerm
         if not isinstance(weight, int):
             raise SelectorError(f"{where}[{i}].weight must be an integer")
         out.append(
-            PreferredTerm(weight, parse_node_selector_term(p.get("preference") or {}, f"{where}[{i}].preference"))
+            PreferredTerm(
+                weight,
+                parse_node_selector_term(p.get("preference") or {}, f"{where}[{i}].preference"),
+            )
         )
     return tuple(out)

@@ -90,9 +90,7 @@ class Status:
         return f"{self.code.label}: {self.message}" if self.reasons else self.code.label
 
 
-_REJECTIONS = frozenset(
-    {Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.PENDING}
-)
+_REJECTIONS = frozenset({Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.PENDING})
 
 
 def is_success(status: Status | None) -> bool:

@@ -117,7 +117,11 @@ class Resource:
 
     def copy(self) -> Resource:
         return Resource(
-            self.milli_cpu, self.memory, self.ephemeral_storage, self.allowed_pods, dict(self.scalar)
+            self.milli_cpu,
+            self.memory,
+            self.ephemeral_storage,
+            self.allowed_pods,
+            dict(self.scalar),
         )
 
     def is_zero(self) -> bool:
@@ -441,17 +445,17 @@ class QueuedPodInfo:
     )
 
     def __init__(self, pod: PodInfo, timestamp: float) -> None:
-        self.pod = pod
+        self.pod: PodInfo = pod
         #: When the pod was (re)added to the queue; PrioritySort's tie-break.
-        self.timestamp = timestamp
+        self.timestamp: float = timestamp
         self.initial_attempt_timestamp: float | None = None
-        self.attempts = 0
+        self.attempts: int = 0
         #: Plugins that rejected the pod in its last attempt; events wake it only for them.
         self.unschedulable_plugins: set[str] = set()
         self.pending_plugins: set[str] = set()
         #: Name of the PreEnqueue plugin holding the pod back, or "".
-        self.gated = ""
-        self.backoff_expiry = 0.0
+        self.gated: str = ""
+        self.backoff_expiry: float = 0.0
 
     def __repr__(self) -> str:
         return f"QueuedPodInfo({self.pod.key}, attempts={self.attempts})"

@@ -1,0 +1,63 @@
+# kscheduler — run `make help` for the targets.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help venv control-plane lint fmt typecheck unit integration test demo dev-cluster bench bench-5000 soak clean
+
+help:
+	@echo "make demo          local demo: embedded control plane + kscheduler, then a placement table"
+	@echo "make test          lint + unit + integration tests against a real kube-apiserver"
+	@echo "make control-plane build the pinned kube-apiserver/kube-scheduler/etcd (cached)"
+	@echo "make dev-cluster   start a control plane for kubectl and print how to use it"
+	@echo "make unit | integration | lint | bench | soak"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+control-plane:
+	bash hack/build-control-plane.sh
+
+lint: venv
+	$(VENV)/bin/ruff check kscheduler tests
+	$(VENV)/bin/ruff format --check kscheduler tests
+	$(VENV)/bin/mypy
+
+fmt: venv
+	$(VENV)/bin/ruff check --fix kscheduler tests
+	$(VENV)/bin/ruff format kscheduler tests
+
+unit: venv
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+integration: venv control-plane
+	$(PY) -m pytest tests -m integration $(PYTEST_ARGS)
+
+test: venv control-plane lint
+	$(PY) -m pytest tests -m "not slow and not kind" $(PYTEST_ARGS)
+
+demo: venv control-plane
+	$(PY) -m kscheduler demo
+
+dev-cluster: venv control-plane
+	$(PY) -m kscheduler dev-cluster
+
+bench: venv control-plane
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench.run --size quick
+
+bench-5000: venv control-plane
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench.run --size 5000
+
+soak: venv control-plane
+	$(PY) -m pytest tests -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

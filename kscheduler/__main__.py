@@ -1,0 +1,5 @@
+import sys
+
+from kscheduler.cli import main
+
+sys.exit(main())

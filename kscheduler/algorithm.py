@@ -1,0 +1,261 @@
+"""Placing one pod: PreFilter -> Filter (sampled) -> PreScore/Score -> pick a host.
+
+Pure and synchronous (no awaits), so the cache cannot change while it runs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.interface import NodeScore, NodeToStatus, SharedLister
+from kscheduler.framework.runtime import Framework, go_list
+from kscheduler.framework.status import Code, Status
+from kscheduler.framework.types import NodeInfo, PodInfo
+
+NO_NODES_MSG = "no nodes available to schedule pods"
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    node_to_status: NodeToStatus = field(default_factory=NodeToStatus)
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pending_plugins: set[str] = field(default_factory=set)
+    pre_filter_msg: str = ""
+    post_filter_msg: str = ""
+
+
+class FitError(Exception):
+    """No node fits; ``str()`` is kube-scheduler's "0/N nodes are available: ..." message."""
+
+    def __init__(self, pod: PodInfo, num_all_nodes: int, diagnosis: Diagnosis) -> None:
+        super().__init__()
+        self.pod = pod
+        self.num_all_nodes = num_all_nodes
+        self.diagnosis = diagnosis
+
+    def reason_histogram(self) -> list[str]:
+        counts: Counter[str] = Counter()
+        d = self.diagnosis.node_to_status
+        for st in d.statuses.values():
+            for r in st.reasons:
+                counts[r] += 1
+        absent = self.num_all_nodes - len(d.statuses)
+        if d.absent is not None and absent > 0:
+            for r in d.absent.reasons:
+                counts[r] += absent
+        return sorted(f"{n} {r}" for r, n in counts.items())
+
+    def __str__(self) -> str:
+        msg = f"0/{self.num_all_nodes} nodes are available:"
+        if self.diagnosis.pre_filter_msg:
+            msg += f" {self.diagnosis.pre_filter_msg}."
+        else:
+            hist = self.reason_histogram()
+            if hist:
+                msg += f" {', '.join(hist)}."
+        if self.diagnosis.post_filter_msg:
+            msg += f" {self.diagnosis.post_filter_msg}"
+            if not msg.endswith("."):
+                msg += "."
+        return msg
+
+
+class ScheduleError(Exception):
+    """An Error status from a plugin: the attempt fails and the pod backs off."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
+@dataclass(slots=True)
+class ScheduleResult:
+    suggested_host: str
+    evaluated_nodes: int
+    feasible_nodes: int
+    #: plugin -> weighted scores (only when the cycle records detail)
+    scores: dict[str, list[NodeScore]] | None = None
+    totals: dict[str, int] | None = None
+
+
+@dataclass(slots=True)
+class FilterRecord:
+    """Detail of one attempt for explain: every node's verdict, every score."""
+
+    statuses: dict[str, Status | None] = field(default_factory=dict)
+    feasible: list[str] = field(default_factory=list)
+    scores: dict[str, list[NodeScore]] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    pct = percentage
+    if pct == 0:
+        pct = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    num = num_all_nodes * pct // 100
+    return max(num, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+class Algorithm:
+    """Holds what persists between cycles: the rotating start index and the RNG."""
+
+    def __init__(
+        self, *, percentage_of_nodes_to_score: int = 0, rng: random.Random | None = None
+    ) -> None:
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
+        self.next_start_node_index = 0
+        self.rng = rng or random.Random()
+
+    def schedule_pod(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        snapshot: SharedLister,
+        *,
+        record: FilterRecord | None = None,
+        sample: bool = True,
+    ) -> ScheduleResult:
+        """Raises FitError when nothing fits, ScheduleError on a plugin error."""
+        nodes = snapshot.node_infos()
+        if not nodes:
+            raise FitError(pod, 0, Diagnosis(pre_filter_msg=NO_NODES_MSG))
+        feasible, diagnosis = self.find_nodes_that_fit(
+            fwk, state, pod, snapshot, record=record, sample=sample
+        )
+        if not feasible:
+            raise FitError(pod, len(nodes), diagnosis)
+        evaluated = len(feasible) + len(diagnosis.node_to_status.statuses)
+        if len(feasible) == 1 and record is None:
+            return ScheduleResult(feasible[0].name, evaluated, 1)
+        scores = self.prioritize(fwk, state, pod, feasible)
+        host, totals = self.select_host(feasible, scores)
+        if record is not None:
+            record.scores = scores
+            record.totals = totals
+        return ScheduleResult(host, evaluated, len(feasible), scores, totals)
+
+    def find_nodes_that_fit(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        snapshot: SharedLister,
+        *,
+        record: FilterRecord | None = None,
+        sample: bool = True,
+    ) -> tuple[list[NodeInfo], Diagnosis]:
+        all_nodes = snapshot.node_infos()
+        diagnosis = Diagnosis()
+        result, status, involved = fwk.run_pre_filter(state, pod, all_nodes)
+        if status is not None:
+            if status.code == Code.ERROR:
+                raise ScheduleError(status)
+            diagnosis.node_to_status.absent = status
+            diagnosis.pre_filter_msg = status.message
+            diagnosis.unschedulable_plugins |= involved
+            if status.code == Code.PENDING:
+                diagnosis.pending_plugins |= involved
+            return [], diagnosis
+
+        nominated = pod.nominated_node_name
+        if nominated and record is None:
+            ni = snapshot.get(nominated)
+            if ni is not None and (
+                result is None or result.node_names is None or nominated in result.node_names
+            ):
+                st = fwk.run_filter_with_nominated_pods(state, pod, ni)
+                if st is None:
+                    return [ni], diagnosis
+                if st.code == Code.ERROR:
+                    raise ScheduleError(st)
+
+        nodes: Sequence[NodeInfo] = all_nodes
+        if result is not None and result.node_names is not None:
+            names = result.node_names
+            nodes = [n for n in all_nodes if n.name in names]
+            # nodes the PreFilter result excluded are unresolvable for this pod
+            diagnosis.node_to_status.absent = Status.unresolvable(
+                "node(s) didn't satisfy plugin(s) " + go_list(sorted(involved))
+            )
+            diagnosis.unschedulable_plugins |= involved
+        n = len(nodes)
+        if n == 0:
+            return [], diagnosis
+        pct = fwk.spec.percentage_of_nodes_to_score
+        if pct is None:
+            pct = self.percentage_of_nodes_to_score
+        to_find = num_feasible_nodes_to_find(pct, n) if sample else n
+        feasible: list[NodeInfo] = []
+        statuses = diagnosis.node_to_status.statuses
+        start = self.next_start_node_index % n if sample else 0
+        run_filter = fwk.run_filter
+        nominator_has = fwk.nominated_pods_for_node
+        visited = 0
+        for i in range(n):
+            ni = nodes[(start + i) % n]
+            visited += 1
+            if nominator_has(ni.name):
+                st = fwk.run_filter_with_nominated_pods(state, pod, ni)
+            else:
+                st = run_filter(state, pod, ni)
+            if record is not None:
+                record.statuses[ni.name] = st
+            if st is None:
+                feasible.append(ni)
+                if record is not None:
+                    record.feasible.append(ni.name)
+                if len(feasible) >= to_find:
+                    break
+            elif st.code == Code.ERROR:
+                raise ScheduleError(st)
+            else:
+                statuses[ni.name] = st
+                if st.plugin:
+                    diagnosis.unschedulable_plugins.add(st.plugin)
+                    if st.code == Code.PENDING:
+                        diagnosis.pending_plugins.add(st.plugin)
+        if sample:
+            self.next_start_node_index = (start + visited) % n
+        return feasible, diagnosis
+
+    def prioritize(
+        self, fwk: Framework, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[str, list[NodeScore]]:
+        st = fwk.run_pre_score(state, pod, nodes)
+        if st is not None:
+            raise ScheduleError(st)
+        scores, st = fwk.run_score(state, pod, nodes)
+        if st is not None:
+            raise ScheduleError(st)
+        return scores
+
+    def select_host(
+        self, nodes: Sequence[NodeInfo], scores: dict[str, list[NodeScore]]
+    ) -> tuple[str, dict[str, int]]:
+        """Highest total wins; ties are broken uniformly at random (reservoir sampling)."""
+        totals = [0] * len(nodes)
+        for plugin_scores in scores.values():
+            for i, s in enumerate(plugin_scores):
+                totals[i] += s.score
+        best = -1
+        chosen = ""
+        ties = 0
+        rnd = self.rng.randrange
+        for i, ni in enumerate(nodes):
+            t = totals[i]
+            if t > best:
+                best, chosen, ties = t, ni.name, 1
+            elif t == best:
+                ties += 1
+                if rnd(ties) == 0:
+                    chosen = ni.name
+        return chosen, {ni.name: totals[i] for i, ni in enumerate(nodes)}

@@ -1,0 +1,426 @@
+"""The scheduling queue: activeQ, backoffQ and the unschedulable pool.
+
+* activeQ: a heap ordered by the QueueSort plugin; ``pop`` waits on it.
+* backoffQ: pods that failed and wait out ``initial * 2**(attempts-1)`` (capped).
+* unschedulable: pods rejected by plugins, waiting for a cluster event one of
+  those plugins registered for (with its queueing hint), or for the 5-minute
+  flush. PreEnqueue-gated pods also live here.
+
+Events that arrive while a pod is being scheduled ("in flight") are kept and
+replayed against it if its attempt fails, so a wake-up is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kscheduler.framework.interface import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    QueueingHint,
+)
+from kscheduler.framework.interface import Resource as R
+from kscheduler.framework.status import Status
+from kscheduler.framework.types import PodInfo, QueuedPodInfo
+
+ACTIVE = "active"
+BACKOFF = "backoff"
+UNSCHEDULABLE = "unschedulable"
+GATED = "gated"
+
+#: Events the queue itself raises.
+EVENT_POD_ADD = ClusterEvent(R.UNSCHEDULED_POD, ActionType.ADD, "PodAdd")
+EVENT_POD_UPDATE = ClusterEvent(R.UNSCHEDULED_POD, ActionType.UPDATE, "PodUpdate")
+EVENT_ASSIGNED_POD_DELETE = ClusterEvent(R.POD, ActionType.DELETE, "AssignedPodDelete")
+EVENT_UNSCHEDULABLE_TIMEOUT = ClusterEvent(R.WILDCARD, ActionType.ALL, "UnschedulableTimeout")
+EVENT_FORCE_ACTIVATE = ClusterEvent(R.WILDCARD, ActionType.ALL, "ForceActivate")
+
+#: A pod whose last attempt failed with an error (not a rejection): any event may help.
+_ERROR_MARK = "<error>"
+#: Plugin name used for pods the scheduler could not parse: only their own update helps.
+PARSE_ERROR_PLUGIN = "<parse>"
+
+
+@dataclass(slots=True)
+class _InFlight:
+    qp: QueuedPodInfo
+    since_seq: int
+
+
+class QueueObserver:
+    """Metrics hook; the default does nothing."""
+
+    def incoming(self, queue: str, event: str) -> None:
+        pass
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        *,
+        sort_key: Callable[[QueuedPodInfo], Any],
+        pre_enqueue: Callable[[PodInfo], Status | None],
+        events: Mapping[str, Iterable[ClusterEventWithHint]],
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        unschedulable_timeout: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        observer: QueueObserver | None = None,
+    ) -> None:
+        self._sort_key = sort_key
+        self._pre_enqueue = pre_enqueue
+        self._events: dict[str, list[ClusterEventWithHint]] = {
+            k: list(v) for k, v in events.items()
+        }
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.unschedulable_timeout = unschedulable_timeout
+        self._clock = clock
+        self._obs = observer or QueueObserver()
+        self._seq = itertools.count()
+        self._active: list[tuple[Any, int, QueuedPodInfo]] = []
+        self._active_uids: dict[str, QueuedPodInfo] = {}
+        self._backoff: list[tuple[float, int, QueuedPodInfo]] = []
+        self._backoff_uids: dict[str, QueuedPodInfo] = {}
+        self._unschedulable: dict[str, QueuedPodInfo] = {}
+        #: when each unschedulable pod entered the pool
+        self._unsched_since: dict[str, float] = {}
+        self._in_flight: dict[str, _InFlight] = {}
+        self._event_log: list[tuple[int, ClusterEvent, Any, Any]] = []
+        self._event_seq = 0
+        self._wakeup = asyncio.Event()
+        self._closed = False
+        #: nominated node -> {uid: pod}
+        self._nominated: dict[str, dict[str, PodInfo]] = {}
+        self._nominated_by_uid: dict[str, str] = {}
+
+    # ---- sizes ---------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        gated = sum(1 for q in self._unschedulable.values() if q.gated)
+        return {
+            ACTIVE: len(self._active_uids),
+            BACKOFF: len(self._backoff_uids),
+            UNSCHEDULABLE: len(self._unschedulable) - gated,
+            GATED: gated,
+        }
+
+    def __len__(self) -> int:
+        return len(self._active_uids) + len(self._backoff_uids) + len(self._unschedulable)
+
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def where(self, uid: str) -> str | None:
+        if uid in self._active_uids:
+            return ACTIVE
+        if uid in self._backoff_uids:
+            return BACKOFF
+        q = self._unschedulable.get(uid)
+        if q is not None:
+            return GATED if q.gated else UNSCHEDULABLE
+        if uid in self._in_flight:
+            return "in-flight"
+        return None
+
+    def pending(self) -> list[tuple[str, QueuedPodInfo]]:
+        out: list[tuple[str, QueuedPodInfo]] = [(ACTIVE, q) for q in self._active_uids.values()]
+        out += [(BACKOFF, q) for q in self._backoff_uids.values()]
+        out += [(GATED if q.gated else UNSCHEDULABLE, q) for q in self._unschedulable.values()]
+        out += [("in-flight", f.qp) for f in self._in_flight.values()]
+        return out
+
+    # ---- adding ----------------------------------------------------------------------------
+    def _push_active(self, qp: QueuedPodInfo, event: str) -> None:
+        heapq.heappush(self._active, (self._sort_key(qp), next(self._seq), qp))
+        self._active_uids[qp.pod.uid] = qp
+        self._obs.incoming(ACTIVE, event)
+        self._wakeup.set()
+
+    def _push_backoff(self, qp: QueuedPodInfo, event: str) -> None:
+        heapq.heappush(self._backoff, (qp.backoff_expiry, next(self._seq), qp))
+        self._backoff_uids[qp.pod.uid] = qp
+        self._obs.incoming(BACKOFF, event)
+
+    def _to_unschedulable(self, qp: QueuedPodInfo, event: str) -> None:
+        self._unschedulable[qp.pod.uid] = qp
+        self._unsched_since[qp.pod.uid] = self._clock()
+        self._obs.incoming(GATED if qp.gated else UNSCHEDULABLE, event)
+
+    def _gate_or_activate(self, qp: QueuedPodInfo, event: str) -> None:
+        """Run PreEnqueue; a gated pod waits in the unschedulable pool."""
+        st = self._pre_enqueue(qp.pod)
+        if st is not None:
+            qp.gated = st.plugin or "PreEnqueue"
+            self._to_unschedulable(qp, event)
+            return
+        qp.gated = ""
+        self._push_active(qp, event)
+
+    def add(self, pod: PodInfo) -> None:
+        """A new unscheduled pod from the informer."""
+        uid = pod.uid
+        if uid in self._active_uids or uid in self._backoff_uids or uid in self._unschedulable:
+            self.update(pod)
+            return
+        if uid in self._in_flight:
+            self._in_flight[uid].qp.pod = pod
+            return
+        qp = QueuedPodInfo(pod, self._clock())
+        self._add_nominated(pod)
+        self._gate_or_activate(qp, EVENT_POD_ADD.label)
+
+    def update(self, pod: PodInfo) -> None:
+        """An update of an unscheduled pod."""
+        uid = pod.uid
+        self._update_nominated(pod)
+        if uid in self._in_flight:
+            self._in_flight[uid].qp.pod = pod
+            self._record_event(EVENT_POD_UPDATE, None, pod)
+            return
+        qp = self._active_uids.get(uid)
+        if qp is not None:
+            qp.pod = pod
+            # the sort key may depend on the pod: re-push, the stale entry is skipped on pop
+            heapq.heappush(self._active, (self._sort_key(qp), next(self._seq), qp))
+            return
+        qp = self._backoff_uids.get(uid)
+        if qp is not None:
+            qp.pod = pod
+            return
+        qp = self._unschedulable.get(uid)
+        if qp is not None:
+            qp.pod = pod
+            # the pod itself changed: any rejection may no longer hold
+            del self._unschedulable[uid]
+            self._unsched_since.pop(uid, None)
+            qp.unschedulable_plugins.clear()
+            if qp.gated or self._backoff_remaining(qp) <= 0:
+                self._gate_or_activate(qp, EVENT_POD_UPDATE.label)
+            else:
+                self._push_backoff(qp, EVENT_POD_UPDATE.label)
+            return
+        self.add(pod)
+
+    def delete(self, uid: str) -> None:
+        self._active_uids.pop(uid, None)  # heap entry skipped lazily
+        self._backoff_uids.pop(uid, None)
+        self._unschedulable.pop(uid, None)
+        self._unsched_since.pop(uid, None)
+        self._in_flight.pop(uid, None)
+        self._delete_nominated(uid)
+
+    def activate(self, uids: Iterable[str]) -> None:
+        """Move the given pods to activeQ now (used by Permit-based plugins)."""
+        for uid in uids:
+            qp = self._unschedulable.pop(uid, None) or self._backoff_uids.pop(uid, None)
+            if qp is not None:
+                self._unsched_since.pop(uid, None)
+                self._gate_or_activate(qp, EVENT_FORCE_ACTIVATE.label)
+
+    # ---- popping ---------------------------------------------------------------------------
+    async def pop(self) -> QueuedPodInfo | None:
+        """The next pod to schedule; None once the queue is closed."""
+        while True:
+            while self._active:
+                _, _, qp = heapq.heappop(self._active)
+                uid = qp.pod.uid
+                if self._active_uids.get(uid) is not qp:
+                    continue  # deleted or re-pushed
+                del self._active_uids[uid]
+                qp.attempts += 1
+                if qp.initial_attempt_timestamp is None:
+                    qp.initial_attempt_timestamp = self._clock()
+                self._in_flight[uid] = _InFlight(qp, self._event_seq)
+                return qp
+            if self._closed:
+                return None
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wakeup.set()
+
+    def done(self, uid: str) -> None:
+        """The pod's scheduling cycle ended (bound, or being bound)."""
+        self._in_flight.pop(uid, None)
+        self._trim_events()
+
+    def is_in_flight(self, uid: str) -> bool:
+        return uid in self._in_flight
+
+    def add_unschedulable_if_not_present(self, qp: QueuedPodInfo, *, error: bool = False) -> None:
+        """Requeue a pod whose attempt failed.
+
+        Rejected pods go to the unschedulable pool unless an event seen during
+        their attempt could help them; errors go to backoff.
+        """
+        uid = qp.pod.uid
+        fl = self._in_flight.pop(uid, None)
+        if fl is None:
+            return  # deleted (or bound) while in flight: drop it
+        if uid in self._active_uids or uid in self._backoff_uids or uid in self._unschedulable:
+            return
+        qp.backoff_expiry = self._clock() + self._backoff_duration(qp)
+        qp.timestamp = self._clock()
+        if error:
+            qp.unschedulable_plugins = {_ERROR_MARK}
+            self._push_backoff(qp, "ScheduleAttemptFailure")
+            self._trim_events()
+            return
+        helped = any(
+            self._worth_requeue(qp, ev, old, new)
+            for seq, ev, old, new in self._event_log
+            if seq > fl.since_seq
+        )
+        self._trim_events()
+        if helped:
+            self._push_backoff(qp, "ScheduleAttemptFailure")
+        else:
+            self._to_unschedulable(qp, "ScheduleAttemptFailure")
+
+    # ---- backoff -----------------------------------------------------------------------------
+    def _backoff_duration(self, qp: QueuedPodInfo) -> float:
+        d = self.initial_backoff * (2 ** max(qp.attempts - 1, 0))
+        return min(d, self.max_backoff)
+
+    def _backoff_remaining(self, qp: QueuedPodInfo) -> float:
+        return float(qp.backoff_expiry - self._clock())
+
+    def flush_backoff_completed(self) -> int:
+        now = self._clock()
+        moved = 0
+        while self._backoff and self._backoff[0][0] <= now:
+            _, _, qp = heapq.heappop(self._backoff)
+            if self._backoff_uids.get(qp.pod.uid) is not qp:
+                continue
+            del self._backoff_uids[qp.pod.uid]
+            self._gate_or_activate(qp, "BackoffComplete")
+            moved += 1
+        return moved
+
+    def flush_unschedulable_left_over(self) -> int:
+        now = self._clock()
+        stale = [
+            uid
+            for uid, since in self._unsched_since.items()
+            if now - since > self.unschedulable_timeout and not self._unschedulable[uid].gated
+        ]
+        for uid in stale:
+            qp = self._unschedulable.pop(uid)
+            self._unsched_since.pop(uid, None)
+            self._requeue(qp, EVENT_UNSCHEDULABLE_TIMEOUT.label)
+        return len(stale)
+
+    def next_backoff_expiry(self) -> float | None:
+        return self._backoff[0][0] if self._backoff else None
+
+    # ---- cluster events ------------------------------------------------------------------------
+    def _record_event(self, event: ClusterEvent, old: Any, new: Any) -> None:
+        if self._in_flight:
+            self._event_seq += 1
+            self._event_log.append((self._event_seq, event, old, new))
+
+    def _trim_events(self) -> None:
+        if not self._in_flight:
+            self._event_log.clear()
+            return
+        oldest = min(f.since_seq for f in self._in_flight.values())
+        if self._event_log and self._event_log[0][0] <= oldest:
+            self._event_log = [e for e in self._event_log if e[0] > oldest]
+
+    def _worth_requeue(self, qp: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> bool:
+        plugins = qp.unschedulable_plugins | qp.pending_plugins
+        if not plugins or _ERROR_MARK in plugins:
+            return True
+        if event.resource is R.WILDCARD:
+            return True
+        for name in plugins:
+            for reg in self._events.get(name, ()):
+                if not reg.event.matches(event):
+                    continue
+                if reg.hint is None:
+                    return True
+                try:
+                    if reg.hint(qp.pod, old, new) is QueueingHint.QUEUE:
+                        return True
+                except Exception:
+                    return True  # a failing hint must not strand the pod
+        return False
+
+    def _requeue(self, qp: QueuedPodInfo, event: str) -> None:
+        if self._backoff_remaining(qp) > 0:
+            self._push_backoff(qp, event)
+        else:
+            self._gate_or_activate(qp, event)
+
+    def move_all_to_active_or_backoff(
+        self,
+        event: ClusterEvent,
+        old: Any = None,
+        new: Any = None,
+        precheck: Callable[[PodInfo], bool] | None = None,
+    ) -> int:
+        """A cluster event: wake the unschedulable pods it may help."""
+        self._record_event(event, old, new)
+        if not self._unschedulable:
+            return 0
+        moved = []
+        for uid, qp in self._unschedulable.items():
+            if qp.gated:
+                continue
+            if precheck is not None and not precheck(qp.pod):
+                continue
+            if self._worth_requeue(qp, event, old, new):
+                moved.append(uid)
+        for uid in moved:
+            qp = self._unschedulable.pop(uid)
+            self._unsched_since.pop(uid, None)
+            self._requeue(qp, event.label or str(event))
+        return len(moved)
+
+    # ---- nominated pods ------------------------------------------------------------------------
+    def _add_nominated(self, pod: PodInfo, node: str | None = None) -> None:
+        node = node if node is not None else pod.nominated_node_name
+        if not node:
+            return
+        self._delete_nominated(pod.uid)
+        self._nominated.setdefault(node, {})[pod.uid] = pod
+        self._nominated_by_uid[pod.uid] = node
+
+    def _update_nominated(self, pod: PodInfo) -> None:
+        if pod.nominated_node_name:
+            self._add_nominated(pod)
+        elif pod.uid in self._nominated_by_uid:
+            # keep a nomination the scheduler made until the server reflects it or clears it
+            node = self._nominated_by_uid[pod.uid]
+            self._nominated[node][pod.uid] = pod
+
+    def _delete_nominated(self, uid: str) -> None:
+        node = self._nominated_by_uid.pop(uid, None)
+        if node is not None:
+            pods = self._nominated.get(node)
+            if pods is not None:
+                pods.pop(uid, None)
+                if not pods:
+                    del self._nominated[node]
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        if node:
+            self._add_nominated(pod, node)
+        else:
+            self._delete_nominated(pod.uid)
+
+    def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
+        pods = self._nominated.get(node_name)
+        return list(pods.values()) if pods else []
+
+    def nominated_node(self, uid: str) -> str:
+        return self._nominated_by_uid.get(uid, "")

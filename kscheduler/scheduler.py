@@ -1,0 +1,430 @@
+"""schedule_one, the binding cycle and the failure handler.
+
+One coroutine pops pods and runs the scheduling cycle synchronously from
+snapshot to assume; the binding cycle of each placed pod runs as a tracked
+background task. Every failure path unreserves, forgets and requeues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from kscheduler.algorithm import Algorithm, FitError, ScheduleError, ScheduleResult
+from kscheduler.binder import TaskTracker
+from kscheduler.cache import Cache, Snapshot
+from kscheduler.events import micro_time
+from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.runtime import Framework
+from kscheduler.framework.status import Code, Status
+from kscheduler.framework.types import PodInfo, QueuedPodInfo
+from kscheduler.queue import EVENT_ASSIGNED_POD_DELETE, PARSE_ERROR_PLUGIN, SchedulingQueue
+
+log = structlog.get_logger("kscheduler.scheduler")
+
+SCHEDULED = "scheduled"
+UNSCHEDULABLE = "unschedulable"
+ERROR = "error"
+
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_SCHEDULER_ERROR = "SchedulerError"
+
+
+class PodStatusWriter(Protocol):
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+
+class SchedulerObserver:
+    """Metrics hook for the scheduling loop; the default does nothing."""
+
+    def attempt(self, result: str, profile: str, seconds: float) -> None:
+        pass
+
+    def scheduled(self, qp: QueuedPodInfo, sli_seconds: float) -> None:
+        pass
+
+    def unschedulable_plugins(self, plugins: set[str], profile: str) -> None:
+        pass
+
+    def preemption(self, victims: int) -> None:
+        pass
+
+
+class AttemptRecord:
+    """The last attempt's outcome per pod, kept for /debug/explain."""
+
+    __slots__ = ("at", "message", "node", "result", "seconds", "status")
+
+    def __init__(self, result: str, node: str, message: str, seconds: float) -> None:
+        self.result = result
+        self.node = node
+        self.message = message
+        self.seconds = seconds
+        self.at = time.time()
+        self.status: dict[str, Any] = {}
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        cache: Cache,
+        queue: SchedulingQueue,
+        profiles: Mapping[str, Framework],
+        algorithm: Algorithm,
+        status_writer: PodStatusWriter,
+        snapshot: Snapshot,
+        bind_concurrency: int = 64,
+        observer: SchedulerObserver | None = None,
+        may_bind: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cache = cache
+        self.queue = queue
+        self.profiles = dict(profiles)
+        self.algorithm = algorithm
+        self.snapshot = snapshot
+        self._writer = status_writer
+        self.binds = TaskTracker(limit=bind_concurrency, name="bind")
+        self.writes = TaskTracker(limit=32, name="status")
+        self.observer = observer or SchedulerObserver()
+        self.may_bind = may_bind
+        self._clock = clock
+        self.last_attempts: dict[str, AttemptRecord] = {}
+        self._max_records = 10000
+
+    # ---- loop ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Pop and schedule until cancelled (or the queue is closed)."""
+        flusher = asyncio.create_task(self._flush_loop(), name="queue-flush")
+        try:
+            while True:
+                qp = await self.queue.pop()
+                if qp is None:
+                    return
+                try:
+                    await self.schedule_one(qp)
+                except asyncio.CancelledError:
+                    # stopped mid-cycle (shutdown, lost lease): the pod must not be lost
+                    self._requeue_cancelled(qp)
+                    raise
+                except Exception:  # a bug must cost one attempt, not the loop
+                    log.exception("scheduling cycle crashed", pod=qp.pod.key)
+                    self.queue.add_unschedulable_if_not_present(qp, error=True)
+        finally:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+
+    async def _flush_loop(self) -> None:
+        ticks = 0
+        while True:
+            await asyncio.sleep(1.0)
+            self.queue.flush_backoff_completed()
+            ticks += 1
+            if ticks % 30 == 0:
+                self.queue.flush_unschedulable_left_over()
+                self.cache.expire_assumed()
+
+    # ---- scheduling cycle --------------------------------------------------------------------
+    async def schedule_one(self, qp: QueuedPodInfo) -> None:
+        pod = qp.pod
+        fwk = self.profiles.get(pod.scheduler_name)
+        if fwk is None:
+            self.queue.done(pod.uid)
+            return
+        if pod.deleting:
+            fwk.recorder.event(
+                pod.raw,
+                "Warning",
+                "FailedScheduling",
+                "Scheduling",
+                f"skip schedule deleting pod: {pod.key}",
+            )
+            self.queue.done(pod.uid)
+            return
+        if self.cache.is_assumed(pod.uid):
+            self.queue.done(pod.uid)
+            return
+        start = self._clock()
+        if pod.parse_error is not None:
+            qp.unschedulable_plugins = {PARSE_ERROR_PLUGIN}
+            self._fail(
+                fwk,
+                qp,
+                Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, [f"invalid pod: {pod.parse_error}"]),
+                REASON_SCHEDULER_ERROR,
+                f"failed to parse pod: {pod.parse_error}",
+                start,
+                result=ERROR,
+                requeue_error=False,
+            )
+            return
+        state = CycleState()
+        self.snapshot.update()
+        try:
+            result = self.algorithm.schedule_pod(fwk, state, pod, self.snapshot)
+        except FitError as fe:
+            await self._handle_fit_error(fwk, state, qp, fe, start)
+            return
+        except ScheduleError as se:
+            self._fail(
+                fwk, qp, se.status, REASON_SCHEDULER_ERROR, se.status.message, start, result=ERROR
+            )
+            return
+        self._assume_and_bind(fwk, state, qp, result, start)
+
+    async def _handle_fit_error(
+        self, fwk: Framework, state: CycleState, qp: QueuedPodInfo, fe: FitError, start: float
+    ) -> None:
+        pod = qp.pod
+        nominated = ""
+        if fwk.post_filter_plugins and fe.num_all_nodes > 0:
+            res, st = await fwk.run_post_filter(state, pod, fe.diagnosis.node_to_status)
+            if st is not None and st.code == Code.ERROR:
+                log.warning("post filter failed", pod=pod.key, plugin=st.plugin, error=st.message)
+            if st is not None and st.message:
+                fe.diagnosis.post_filter_msg = st.message
+            if res is not None and res.nominated_node_name:
+                nominated = res.nominated_node_name
+        qp.unschedulable_plugins = set(fe.diagnosis.unschedulable_plugins)
+        qp.pending_plugins = set(fe.diagnosis.pending_plugins)
+        self.observer.unschedulable_plugins(qp.unschedulable_plugins, fwk.profile_name)
+        self._fail(
+            fwk,
+            qp,
+            Status.unschedulable(str(fe)),
+            REASON_UNSCHEDULABLE,
+            str(fe),
+            start,
+            result=UNSCHEDULABLE,
+            nominated=nominated,
+        )
+
+    def _assume_and_bind(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        qp: QueuedPodInfo,
+        result: ScheduleResult,
+        start: float,
+    ) -> None:
+        pod = qp.pod
+        node = result.suggested_host
+        assumed = pod.with_node(node)
+        try:
+            self.cache.assume(assumed)
+        except ValueError as exc:
+            self._fail(
+                fwk, qp, Status.as_error(exc), REASON_SCHEDULER_ERROR, str(exc), start, result=ERROR
+            )
+            return
+        self.queue.nominate(pod, "")
+        st = fwk.run_reserve(state, assumed, node)
+        if st is not None:
+            fwk.run_unreserve(state, assumed, node)
+            self.cache.forget(pod.uid)
+            self._fail_status(fwk, qp, st, start)
+            return
+        st = fwk.run_permit(state, assumed, node)
+        if st is not None and st.code != Code.WAIT:
+            fwk.run_unreserve(state, assumed, node)
+            self.cache.forget(pod.uid)
+            self._fail_status(fwk, qp, st, start)
+            return
+        self.observer.attempt(SCHEDULED, fwk.profile_name, self._clock() - start)
+        self.binds.spawn(
+            self._binding_cycle(fwk, state, qp, assumed, node, start), name=f"bind {pod.key}"
+        )
+
+    def _fail_status(self, fwk: Framework, qp: QueuedPodInfo, st: Status, start: float) -> None:
+        if st.is_rejection():
+            if st.plugin:
+                qp.unschedulable_plugins = {st.plugin}
+            self._fail(fwk, qp, st, REASON_UNSCHEDULABLE, st.message, start, result=UNSCHEDULABLE)
+        else:
+            self._fail(fwk, qp, st, REASON_SCHEDULER_ERROR, st.message, start, result=ERROR)
+
+    # ---- binding cycle ---------------------------------------------------------------------------
+    async def _binding_cycle(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        qp: QueuedPodInfo,
+        assumed: PodInfo,
+        node: str,
+        start: float,
+    ) -> None:
+        st: Status | None
+        try:
+            st = await fwk.wait_on_permit(assumed)
+            if st is None:
+                st = await fwk.run_pre_bind(state, assumed, node)
+            if st is None and not self.may_bind():
+                st = Status.as_error("not binding: this replica is no longer the leader")
+            if st is None:
+                st = await fwk.run_bind(state, assumed, node)
+        except asyncio.CancelledError:
+            fwk.run_unreserve(state, assumed, node)
+            self.cache.forget(assumed.uid)
+            self._requeue_cancelled(qp)
+            raise
+        if st is not None:
+            fwk.run_unreserve(state, assumed, node)
+            self.cache.forget(assumed.uid)
+            # the freed room may help others
+            self.queue.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_DELETE, assumed, None)
+            if st.is_rejection():
+                self._fail_status(fwk, qp, st, start)
+            else:
+                self._fail(
+                    fwk,
+                    qp,
+                    st,
+                    REASON_SCHEDULER_ERROR,
+                    st.message,
+                    start,
+                    result=ERROR,
+                    bind_failure=True,
+                )
+            return
+        self.cache.finish_binding(assumed.uid)
+        self.queue.done(assumed.uid)
+        now = self._clock()
+        fwk.recorder.event(
+            qp.pod.raw,
+            "Normal",
+            "Scheduled",
+            "Binding",
+            f"Successfully assigned {assumed.key} to {node}",
+        )
+        fwk.run_post_bind(state, assumed, node)
+        initial = qp.initial_attempt_timestamp or start
+        self.observer.scheduled(qp, now - initial)
+        self._record(assumed, SCHEDULED, node, "", now - start)
+        log.info(
+            "bound",
+            pod=assumed.key,
+            node=node,
+            attempts=qp.attempts,
+            duration_ms=round((now - start) * 1000, 2),
+        )
+
+    def _requeue_cancelled(self, qp: QueuedPodInfo) -> None:
+        if self.queue.is_in_flight(qp.pod.uid):
+            qp.attempts = max(qp.attempts - 1, 0)  # not the pod's fault
+            self.queue.add_unschedulable_if_not_present(qp, error=True)
+
+    # ---- failures ----------------------------------------------------------------------------
+    def _fail(
+        self,
+        fwk: Framework,
+        qp: QueuedPodInfo,
+        status: Status,
+        reason: str,
+        message: str,
+        start: float,
+        *,
+        result: str,
+        nominated: str = "",
+        requeue_error: bool = True,
+        bind_failure: bool = False,
+    ) -> None:
+        pod = qp.pod
+        seconds = self._clock() - start
+        if not bind_failure:
+            self.observer.attempt(result, fwk.profile_name, seconds)
+        self._record(pod, result, "", message, seconds, status)
+        log.info(
+            "unschedulable" if result == UNSCHEDULABLE else "attempt failed",
+            pod=pod.key,
+            result=result,
+            attempts=qp.attempts,
+            message=message,
+            duration_ms=round(seconds * 1000, 2),
+        )
+        if not self.queue.is_in_flight(pod.uid):
+            return  # deleted or bound meanwhile: nothing to report
+        if nominated:
+            self.queue.nominate(pod, nominated)
+        self.queue.add_unschedulable_if_not_present(qp, error=(result == ERROR and requeue_error))
+        fwk.recorder.event(pod.raw, "Warning", "FailedScheduling", "Scheduling", message)
+        self._patch_condition(pod, reason, message, nominated)
+
+    def _patch_condition(self, pod: PodInfo, reason: str, message: str, nominated: str) -> None:
+        current = _pod_scheduled_condition(pod.raw)
+        status_patch: dict[str, Any] = {}
+        if (
+            current is None
+            or current.get("status") != "False"
+            or current.get("reason") != reason
+            or current.get("message") != message
+        ):
+            status_patch["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": micro_time()[:19] + "Z",
+                }
+            ]
+        if nominated and nominated != pod.nominated_node_name:
+            status_patch["nominatedNodeName"] = nominated
+        if not status_patch:
+            return
+        self.writes.spawn(
+            self._write_status(pod, {"status": status_patch}), name=f"status {pod.key}"
+        )
+
+    async def _write_status(self, pod: PodInfo, patch: dict[str, Any]) -> None:
+        try:
+            await self._writer.patch_pod_status(pod.namespace, pod.name, patch)
+        except Exception as exc:
+            log.warning("pod status update failed", pod=pod.key, error=str(exc))
+
+    def _record(
+        self,
+        pod: PodInfo,
+        result: str,
+        node: str,
+        message: str,
+        seconds: float,
+        status: Status | None = None,
+    ) -> None:
+        rec = AttemptRecord(result, node, message, seconds)
+        if status is not None:
+            rec.status = {
+                "code": status.code.label,
+                "plugin": status.plugin,
+                "reasons": status.reasons,
+            }
+        recs = self.last_attempts
+        recs.pop(pod.key, None)
+        recs[pod.key] = rec
+        if len(recs) > self._max_records:
+            del recs[next(iter(recs))]
+
+    async def shutdown(self, timeout: float) -> int:
+        """Stop popping; let in-flight binds finish within ``timeout``.
+
+        Returns how many binds were cut short.
+        """
+        self.queue.close()
+        cut = await self.binds.drain(timeout)
+        await self.writes.drain(min(timeout, 5.0))
+        return cut
+
+
+def _pod_scheduled_condition(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    status = raw.get("status")
+    if not isinstance(status, dict):
+        return None
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "PodScheduled":
+            return c
+    return None
