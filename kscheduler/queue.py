@@ -288,7 +288,7 @@ class SchedulingQueue:
 
     # ---- backoff -----------------------------------------------------------------------------
     def _backoff_duration(self, qp: QueuedPodInfo) -> float:
-        d = self.initial_backoff * (2 ** max(qp.attempts - 1, 0))
+        d = self.initial_backoff * float(1 << min(max(qp.attempts - 1, 0), 30))
         return min(d, self.max_backoff)
 
     def _backoff_remaining(self, qp: QueuedPodInfo) -> float:

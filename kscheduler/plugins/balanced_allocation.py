@@ -1,0 +1,181 @@
+"""NodeResourcesBalancedAllocation: favours nodes whose resource usage stays even.
+
+For each configured resource f = min(1, requested / allocatable), counting the
+node's pods and the incoming pod with their real requests (no non-zero
+defaults). The score is (1 - std(f)) * 100, truncated; with two resources std is
+|f1 - f2| / 2. A resource with no allocatable, or an extended resource the pod
+does not request, is left out. Pods requesting none of the resources are not
+scored (PreScore returns Skip), so best-effort pods do not pile up on one node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kscheduler.framework import (
+    MAX_NODE_SCORE,
+    CycleState,
+    Handle,
+    NodeInfo,
+    PluginEntry,
+    PodInfo,
+    Status,
+)
+from kscheduler.framework.args import ConfigError, Fields
+
+NAME = "NodeResourcesBalancedAllocation"
+PRE_SCORE_KEY = "PreScore" + NAME
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    name: str
+    weight: int = 1
+
+
+DEFAULT_RESOURCES = (ResourceSpec(CPU, 1), ResourceSpec(MEMORY, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class BalancedAllocationArgs:
+    resources: tuple[ResourceSpec, ...] = DEFAULT_RESOURCES
+
+
+def parse_args(raw: Mapping[str, Any]) -> BalancedAllocationArgs:
+    """``resources``: [{name, weight}], default cpu and memory; every weight must be 1."""
+    f = Fields(raw)
+    items = f.objects("resources")
+    f.done()
+    specs = []
+    seen: set[str] = set()
+    for r in items:
+        name = r.string("name")
+        weight = r.integer("weight", 0)
+        r.done()
+        if name in seen:
+            raise ConfigError(r.child("name"), f"duplicate value {name!r}")
+        seen.add(name)
+        if weight == 0:
+            weight = 1
+        if weight != 1:
+            raise ConfigError(r.child("weight"), f"must be 1, got {weight}")
+        specs.append(ResourceSpec(name, weight))
+    return BalancedAllocationArgs(tuple(specs) if specs else DEFAULT_RESOURCES)
+
+
+def _is_scalar_resource(name: str) -> bool:
+    """Extended (domain/name), hugepages-*, attachable-volumes-* or kubernetes.io/ prefixed."""
+    if name.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in name:
+        return True
+    return "/" in name and not name.startswith("requests.")
+
+
+def pod_requests(pod: PodInfo, names: Sequence[str]) -> list[int]:
+    """The pod's real request for each resource (pod-level requests and overhead included)."""
+    req = pod.requests
+    out = []
+    for name in names:
+        if name == CPU:
+            out.append(req.milli_cpu)
+        elif name == MEMORY:
+            out.append(req.memory)
+        elif name == EPHEMERAL_STORAGE:
+            out.append(req.ephemeral_storage)
+        else:
+            out.append(req.scalar.get(name, 0))
+    return out
+
+
+def _allocatable_and_requested(node_info: NodeInfo, name: str, pod_request: int) -> tuple[int, int]:
+    alloc = node_info.allocatable
+    used = node_info.requested
+    if name == CPU:
+        return alloc.milli_cpu, used.milli_cpu + pod_request
+    if name == MEMORY:
+        return alloc.memory, used.memory + pod_request
+    if name == EPHEMERAL_STORAGE:
+        return alloc.ephemeral_storage, used.ephemeral_storage + pod_request
+    if not _is_scalar_resource(name) or pod_request == 0:
+        return 0, 0
+    have = alloc.scalar.get(name)
+    if have is None:
+        return 0, 0
+    return have, used.scalar.get(name, 0) + pod_request
+
+
+def balanced_score(requested: Sequence[int], allocatable: Sequence[int]) -> int:
+    """(1 - standard deviation of the usage fractions) * 100, truncated."""
+    fractions: list[float] = []
+    total = 0.0
+    for req, alloc in zip(requested, allocatable, strict=True):
+        if alloc == 0:
+            continue
+        fraction = req / alloc
+        if fraction > 1:
+            fraction = 1.0
+        total += fraction
+        fractions.append(fraction)
+    std = 0.0
+    if len(fractions) == 2:
+        std = abs((fractions[0] - fractions[1]) / 2)
+    elif len(fractions) > 2:
+        mean = total / len(fractions)
+        acc = 0.0
+        for fraction in fractions:
+            acc = acc + (fraction - mean) * (fraction - mean)
+        std = math.sqrt(acc / len(fractions))
+    return int((1 - std) * MAX_NODE_SCORE)
+
+
+class NodeResourcesBalancedAllocation:
+    name = NAME
+
+    def __init__(self, args: BalancedAllocationArgs) -> None:
+        self.args = args
+        self._names = tuple(r.name for r in args.resources)
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> NodeResourcesBalancedAllocation:
+        return cls(args if isinstance(args, BalancedAllocationArgs) else BalancedAllocationArgs())
+
+    def pre_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> Status | None:
+        """Skip when the pod requests none of the resources; else Success."""
+        requests = pod_requests(pod, self._names)
+        if not any(requests):
+            return Status.skip()
+        state.write(PRE_SCORE_KEY, requests)
+        return None
+
+    def score(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> tuple[int, Status | None]:
+        """A score in [0, 100]; no normalisation."""
+        requests = state.get(PRE_SCORE_KEY)
+        if requests is None:
+            requests = pod_requests(pod, self._names)
+            if not any(requests):
+                return 0, None
+        n = len(self._names)
+        requested = [0] * n
+        allocatable = [0] * n
+        for i, name in enumerate(self._names):
+            alloc, req = _allocatable_and_requested(node_info, name, requests[i])
+            if alloc == 0:
+                continue
+            allocatable[i] = alloc
+            requested[i] = req
+        return balanced_score(requested, allocatable), None
+
+
+ENTRY = PluginEntry(
+    NAME, NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocation.new, parse_args
+)

@@ -1,0 +1,127 @@
+"""ImageLocality: favour nodes that already hold the pod's container images.
+
+Each container (init containers included) whose image the node reports adds the
+image size scaled by the share of nodes holding it (an image present everywhere
+counts fully, a rare one little, so pods do not pile onto the few nodes that
+have it). The sum is clamped to [23 MiB, 1000 MiB * containers] and mapped
+linearly onto [0, 100].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kscheduler.framework import (
+    MAX_NODE_SCORE,
+    CycleState,
+    Handle,
+    NodeInfo,
+    PluginEntry,
+    PodInfo,
+    Status,
+)
+
+NAME = "ImageLocality"
+
+MB = 1024 * 1024
+#: Lower bound of the summed image score: smaller totals all score 0.
+MIN_THRESHOLD = 23 * MB
+#: Upper bound per container of the summed image score.
+MAX_CONTAINER_THRESHOLD = 1000 * MB
+
+_SPREAD_KEY = "Score" + NAME
+
+
+def normalized_image_name(name: str) -> str:
+    """The name as the container runtime reports it: ":latest" added when untagged.
+
+    A name is tagged (or pinned by digest) when its last ':' comes after its last
+    '/'; "registry:5000/app" is therefore untagged.
+    """
+    if name.rfind(":") <= name.rfind("/"):
+        return name + ":latest"
+    return name
+
+
+def calculate_priority(sum_scores: int, num_containers: int) -> int:
+    max_threshold = MAX_CONTAINER_THRESHOLD * num_containers
+    if sum_scores < MIN_THRESHOLD:
+        sum_scores = MIN_THRESHOLD
+    elif sum_scores > max_threshold:
+        sum_scores = max_threshold
+    return _div_trunc(MAX_NODE_SCORE * (sum_scores - MIN_THRESHOLD), max_threshold - MIN_THRESHOLD)
+
+
+def _div_trunc(a: int, b: int) -> int:
+    """Integer division rounding toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def scaled_image_score(size: int, num_nodes: int, total_nodes: int) -> int:
+    if total_nodes <= 0:
+        return 0
+    spread = num_nodes / total_nodes
+    return int(float(size) * spread)
+
+
+class _ImageSpread:
+    """Per cycle: normalized image name -> nodes holding it, and the node count."""
+
+    __slots__ = ("nodes_with", "total")
+
+    def __init__(self, nodes_with: dict[str, int], total: int) -> None:
+        self.nodes_with = nodes_with
+        self.total = total
+
+
+class ImageLocality:
+    name = NAME
+
+    def __init__(self, handle: Handle) -> None:
+        self._handle = handle
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> ImageLocality:
+        return cls(handle)
+
+    def _spread(self, state: CycleState, images: list[str]) -> _ImageSpread:
+        spread = state.get(_SPREAD_KEY)
+        if isinstance(spread, _ImageSpread):
+            return spread
+        all_nodes = self._handle.snapshot.node_infos()
+        counts = dict.fromkeys(images, 0)
+        for ni in all_nodes:
+            node = ni.node
+            if node is None or not node.images:
+                continue
+            held = node.images
+            for name in counts:
+                if name in held:
+                    counts[name] += 1
+        spread = _ImageSpread(counts, len(all_nodes))
+        state.write(_SPREAD_KEY, spread)
+        return spread
+
+    def score(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> tuple[int, Status | None]:
+        """The score in [0, 100]; never fails."""
+        spec = pod.spec
+        containers = spec.get("containers") or []
+        inits = spec.get("initContainers") or []
+        num_containers = len(containers) + len(inits)
+        images = [normalized_image_name(i) for i in pod.images]
+        node = node_info.node
+        total = 0
+        if images and node is not None and node.images:
+            spread = self._spread(state, images)
+            held = node.images
+            for image in images:
+                size = held.get(image)
+                if size is not None:
+                    total += scaled_image_score(size, spread.nodes_with[image], spread.total)
+        return calculate_priority(total, num_containers), None
+
+
+ENTRY = PluginEntry(NAME, ImageLocality, ImageLocality.new)

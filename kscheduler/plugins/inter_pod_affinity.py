@@ -1,0 +1,558 @@
+"""InterPodAffinity: required and preferred pod (anti-)affinity, in both directions.
+
+PreFilter counts, per (topologyKey, value) pair:
+
+* existing pods whose required anti-affinity terms match the incoming pod;
+* existing pods matching all of the incoming pod's required affinity terms;
+* existing pods matching each of its required anti-affinity terms.
+
+Filter then looks the node's labels up in those counts. A pod whose affinity finds
+no match anywhere may still go where all its topology keys exist, as long as it
+matches its own terms (the first pod of a group with affinity to itself).
+
+PreScore sums term weights per topology pair: the incoming pod's preferred terms
+over existing pods, and existing pods' preferred terms (and required affinity
+terms, weighted by hardPodAffinityWeight) over the incoming pod. Score adds the
+pairs a node is in; NormalizeScore scales to (s - min) * 100 / (max - min).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kscheduler.framework import (
+    MAX_NODE_SCORE,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    Handle,
+    NodeInfo,
+    NodeRecord,
+    NodeScore,
+    PluginEntry,
+    PodInfo,
+    PreFilterResult,
+    QueueingHint,
+    Status,
+)
+from kscheduler.framework.args import Fields
+from kscheduler.framework.selectors import LabelSelector, SelectorError
+from kscheduler.framework.types import AffinityTerm
+
+NAME = "InterPodAffinity"
+
+ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH = (
+    "node(s) didn't satisfy existing pods anti-affinity rules"
+)
+ERR_REASON_AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod affinity rules"
+ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod anti-affinity rules"
+
+PRE_FILTER_KEY = "PreFilter" + NAME
+PRE_SCORE_KEY = "PreScore" + NAME
+
+MIN_HARD_POD_AFFINITY_WEIGHT = 0
+MAX_HARD_POD_AFFINITY_WEIGHT = 100
+
+TopologyPair = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class InterPodAffinityArgs:
+    #: Score weight of an existing pod's required affinity term the incoming pod matches.
+    hard_pod_affinity_weight: int = 1
+    #: Skip existing pods' preferred terms when the incoming pod has no preferred terms.
+    ignore_preferred_terms_of_existing_pods: bool = False
+
+
+def parse_args(raw: Mapping[str, Any]) -> InterPodAffinityArgs:
+    """InterPodAffinityArgs; raises ConfigError with a path relative to the args."""
+    f = Fields(raw)
+    weight = f.integer("hardPodAffinityWeight", 1)
+    if not MIN_HARD_POD_AFFINITY_WEIGHT <= weight <= MAX_HARD_POD_AFFINITY_WEIGHT:
+        raise f.error(
+            "hardPodAffinityWeight",
+            f"not in valid range [{MIN_HARD_POD_AFFINITY_WEIGHT}, "
+            f"{MAX_HARD_POD_AFFINITY_WEIGHT}], got {weight}",
+        )
+    ignore = f.boolean("ignorePreferredTermsOfExistingPods", False)
+    f.done()
+    return InterPodAffinityArgs(weight, ignore)
+
+
+# ------------------------------------------------------------------------- terms
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTerm:
+    """An incoming pod's term with its namespaceSelector turned into namespace names."""
+
+    selector: LabelSelector
+    namespaces: frozenset[str]
+    #: An empty namespaceSelector: every namespace.
+    all_namespaces: bool
+    topology_key: str
+    weight: int
+
+    def matches(self, pod: PodInfo) -> bool:
+        return (self.all_namespaces or pod.namespace in self.namespaces) and self.selector.matches(
+            pod.labels
+        )
+
+
+def _existing_term_matches(term: AffinityTerm, pod: PodInfo, ns_labels: Mapping[str, str]) -> bool:
+    """An existing pod's term against the incoming pod (namespace labels as given)."""
+    return term.matches_pod_namespace(pod.namespace, ns_labels) and term.selector.matches(
+        pod.labels
+    )
+
+
+def _matches_all(terms: Sequence[ResolvedTerm], pod: PodInfo) -> bool:
+    """True iff there are terms and ``pod`` matches every one."""
+    if not terms:
+        return False
+    return all(t.matches(pod) for t in terms)
+
+
+class _Namespaces:
+    """Namespace lookups for one cycle, listed lazily."""
+
+    __slots__ = ("_all", "_handle")
+
+    def __init__(self, handle: Handle) -> None:
+        self._handle = handle
+        self._all: list[tuple[str, dict[str, str]]] | None = None
+
+    def labels_of(self, name: str) -> dict[str, str]:
+        """The namespace's labels; empty if it is unknown."""
+        ns = self._handle.objects.get("namespaces", "", name)
+        return _labels(ns)
+
+    def matching(self, selector: LabelSelector) -> set[str]:
+        if self._all is None:
+            self._all = []
+            for ns in self._handle.objects.list("namespaces"):
+                meta = ns.get("metadata")
+                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                    self._all.append((meta["name"], _labels(ns)))
+        return {name for name, labels in self._all if selector.matches(labels)}
+
+
+def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    meta = obj.get("metadata") if obj is not None else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return dict(labels) if isinstance(labels, dict) else {}
+
+
+def _resolve(terms: Iterable[AffinityTerm], namespaces: _Namespaces) -> tuple[ResolvedTerm, ...]:
+    out = []
+    for t in terms:
+        names = t.namespaces
+        everywhere = False
+        sel = t.namespace_selector
+        if sel is not None:
+            if sel.is_empty():
+                everywhere = True
+            else:
+                names = names | namespaces.matching(sel)
+        out.append(ResolvedTerm(t.selector, frozenset(names), everywhere, t.topology_key, t.weight))
+    return tuple(out)
+
+
+def _add(counts: dict[TopologyPair, int], pair: TopologyPair, delta: int) -> None:
+    n = counts.get(pair, 0) + delta
+    if n == 0:
+        counts.pop(pair, None)
+    else:
+        counts[pair] = n
+
+
+# ------------------------------------------------------------------------ states
+
+
+class FilterState:
+    """PreFilter's topology pair counts. Cloned for preemption."""
+
+    __slots__ = (
+        "affinity",
+        "affinity_counts",
+        "anti_affinity",
+        "anti_affinity_counts",
+        "existing_anti_affinity_counts",
+        "namespace_labels",
+        "self_match",
+    )
+
+    def __init__(
+        self,
+        affinity: tuple[ResolvedTerm, ...],
+        anti_affinity: tuple[ResolvedTerm, ...],
+        namespace_labels: dict[str, str],
+        existing_anti_affinity_counts: dict[TopologyPair, int],
+        affinity_counts: dict[TopologyPair, int],
+        anti_affinity_counts: dict[TopologyPair, int],
+        self_match: bool,
+    ) -> None:
+        self.affinity = affinity
+        self.anti_affinity = anti_affinity
+        #: Labels of the incoming pod's namespace.
+        self.namespace_labels = namespace_labels
+        #: Existing pods whose required anti-affinity terms match the incoming pod.
+        self.existing_anti_affinity_counts = existing_anti_affinity_counts
+        #: Existing pods matching all the incoming pod's required affinity terms.
+        self.affinity_counts = affinity_counts
+        #: Existing pods matching the incoming pod's required anti-affinity terms.
+        self.anti_affinity_counts = anti_affinity_counts
+        #: The incoming pod matches all its own required affinity terms.
+        self.self_match = self_match
+
+    def clone(self) -> FilterState:
+        return FilterState(
+            self.affinity,
+            self.anti_affinity,
+            self.namespace_labels,
+            dict(self.existing_anti_affinity_counts),
+            dict(self.affinity_counts),
+            dict(self.anti_affinity_counts),
+            self.self_match,
+        )
+
+    def update_with_pod(
+        self, incoming: PodInfo, other: PodInfo, node: NodeRecord, delta: int
+    ) -> None:
+        labels = node.labels
+        for t in other.required_anti_affinity:
+            if t.topology_key in labels and _existing_term_matches(
+                t, incoming, self.namespace_labels
+            ):
+                _add(
+                    self.existing_anti_affinity_counts,
+                    (t.topology_key, labels[t.topology_key]),
+                    delta,
+                )
+        if _matches_all(self.affinity, other):
+            for rt in self.affinity:
+                if rt.topology_key in labels:
+                    _add(self.affinity_counts, (rt.topology_key, labels[rt.topology_key]), delta)
+        for rt in self.anti_affinity:
+            if rt.topology_key in labels and rt.matches(other):
+                _add(self.anti_affinity_counts, (rt.topology_key, labels[rt.topology_key]), delta)
+
+
+class ScoreState:
+    """PreScore's per topology pair weights (read-only, shared by clones)."""
+
+    __slots__ = ("topology_score",)
+
+    def __init__(self, topology_score: dict[str, dict[str, int]]) -> None:
+        #: topology key -> value -> summed weight.
+        self.topology_score = topology_score
+
+
+def _as_node(obj: Any) -> NodeRecord | None:
+    if isinstance(obj, NodeRecord):
+        return obj
+    if isinstance(obj, NodeInfo):
+        return obj.node
+    return None
+
+
+def _pod_matches_all_raw(terms: Sequence[AffinityTerm], pod: PodInfo) -> bool:
+    """Unresolved terms against a pod, as the queueing hints match them (no namespace labels)."""
+    if not terms:
+        return False
+    return all(_existing_term_matches(t, pod, {}) for t in terms)
+
+
+# ------------------------------------------------------------------------ plugin
+
+
+class InterPodAffinity:
+    name = NAME
+    #: Kinds read through handle.objects (namespace labels for namespaceSelector).
+    required_kinds = ("namespaces",)
+
+    def __init__(self, args: InterPodAffinityArgs, handle: Handle) -> None:
+        self.args = args
+        self._handle = handle
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> InterPodAffinity:
+        if args is None:
+            args = InterPodAffinityArgs()
+        if not isinstance(args, InterPodAffinityArgs):
+            raise TypeError(f"want args of type InterPodAffinityArgs, got {type(args).__name__}")
+        return cls(args, handle)
+
+    # -- events ------------------------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.POD,
+                    ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.DELETE,
+                ),
+                self.is_schedulable_after_pod_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.NODE,
+                    ActionType.ADD | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_TAINT,
+                ),
+                self.is_schedulable_after_node_change,
+            ),
+        ]
+
+    def is_schedulable_after_pod_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        if (old is not None and not isinstance(old, PodInfo)) or (
+            new is not None and not isinstance(new, PodInfo)
+        ):
+            return QueueingHint.QUEUE
+        if (new is not None and not new.node_name) or (old is not None and not old.node_name):
+            return QueueingHint.SKIP
+        terms = pod.required_affinity
+        anti = pod.required_anti_affinity
+        if old is not None and new is not None:
+            if not _pod_matches_all_raw(terms, old) and _pod_matches_all_raw(terms, new):
+                return QueueingHint.QUEUE
+            if _pod_matches_all_raw(anti, old) and not _pod_matches_all_raw(anti, new):
+                return QueueingHint.QUEUE
+            return QueueingHint.SKIP
+        if new is not None:
+            return QueueingHint.QUEUE if _pod_matches_all_raw(terms, new) else QueueingHint.SKIP
+        if old is not None and _pod_matches_all_raw(anti, old):
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    def is_schedulable_after_node_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        node = _as_node(new)
+        if node is None:
+            return QueueingHint.QUEUE
+        for t in pod.required_affinity:
+            if t.topology_key in node.labels:
+                return QueueingHint.QUEUE
+        for t in pod.required_anti_affinity:
+            if t.topology_key in node.labels:
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    # -- PreFilter / Filter ------------------------------------------------------
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status | None]:
+        """Skip when neither the pod nor any existing pod has required (anti-)affinity."""
+        namespaces = _Namespaces(self._handle)
+        try:
+            affinity = _resolve(pod.required_affinity, namespaces)
+            anti = _resolve(pod.required_anti_affinity, namespaces)
+        except SelectorError as exc:
+            return None, Status.as_error(exc)
+        ns_labels = namespaces.labels_of(pod.namespace)
+
+        existing: dict[TopologyPair, int] = {}
+        for ni in self._handle.snapshot.have_pods_with_required_anti_affinity():
+            node = ni.node
+            if node is None:
+                continue
+            labels = node.labels
+            for other in ni.pods_with_required_anti_affinity.values():
+                for t in other.required_anti_affinity:
+                    value = labels.get(t.topology_key)
+                    if value is not None and _existing_term_matches(t, pod, ns_labels):
+                        pair = (t.topology_key, value)
+                        existing[pair] = existing.get(pair, 0) + 1
+
+        affinity_counts: dict[TopologyPair, int] = {}
+        anti_counts: dict[TopologyPair, int] = {}
+        if affinity or anti:
+            for ni in nodes:
+                node = ni.node
+                if node is None:
+                    continue
+                labels = node.labels
+                for other in ni.pods.values():
+                    if affinity and _matches_all(affinity, other):
+                        for rt in affinity:
+                            value = labels.get(rt.topology_key)
+                            if value is not None:
+                                pair = (rt.topology_key, value)
+                                affinity_counts[pair] = affinity_counts.get(pair, 0) + 1
+                    for rt in anti:
+                        value = labels.get(rt.topology_key)
+                        if value is not None and rt.matches(other):
+                            pair = (rt.topology_key, value)
+                            anti_counts[pair] = anti_counts.get(pair, 0) + 1
+
+        if not existing and not affinity and not anti:
+            return None, Status.skip()
+        state.write(
+            PRE_FILTER_KEY,
+            FilterState(
+                affinity,
+                anti,
+                ns_labels,
+                existing,
+                affinity_counts,
+                anti_counts,
+                _matches_all(affinity, pod),
+            ),
+        )
+        return None, None
+
+    def pre_filter_extensions(self) -> InterPodAffinity:
+        return self
+
+    def add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node_info: NodeInfo
+    ) -> Status | None:
+        s = state.get(PRE_FILTER_KEY)
+        if not isinstance(s, FilterState):
+            return Status.as_error(f"reading {PRE_FILTER_KEY!r} from cycle state: not found")
+        if node_info.node is not None:
+            s.update_with_pod(pod, pod_to_add, node_info.node, 1)
+        return None
+
+    def remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node_info: NodeInfo
+    ) -> Status | None:
+        s = state.get(PRE_FILTER_KEY)
+        if not isinstance(s, FilterState):
+            return Status.as_error(f"reading {PRE_FILTER_KEY!r} from cycle state: not found")
+        if node_info.node is not None:
+            s.update_with_pod(pod, pod_to_remove, node_info.node, -1)
+        return None
+
+    def filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
+        """Affinity unmet: UnschedulableAndUnresolvable; either anti-affinity: Unschedulable."""
+        s = state.get(PRE_FILTER_KEY)
+        if not isinstance(s, FilterState):
+            return Status.as_error(f"reading {PRE_FILTER_KEY!r} from cycle state: not found")
+        labels = node_info.labels
+        if not _satisfies_affinity(s, labels):
+            return Status.unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH)
+        if s.anti_affinity_counts:
+            for rt in s.anti_affinity:
+                value = labels.get(rt.topology_key)
+                if (
+                    value is not None
+                    and s.anti_affinity_counts.get((rt.topology_key, value), 0) > 0
+                ):
+                    return Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
+        existing = s.existing_anti_affinity_counts
+        if existing:
+            for pair in labels.items():
+                if existing.get(pair, 0) > 0:
+                    return Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+        return None
+
+    # -- PreScore / Score --------------------------------------------------------
+
+    def pre_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> Status | None:
+        """Skip when no term of either side matched anything."""
+        has_preferred = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
+        if self.args.ignore_preferred_terms_of_existing_pods and not has_preferred:
+            return Status.skip()
+        snapshot = self._handle.snapshot
+        all_nodes = snapshot.node_infos() if has_preferred else snapshot.have_pods_with_affinity()
+        namespaces = _Namespaces(self._handle)
+        try:
+            preferred = _resolve(pod.preferred_affinity, namespaces)
+            preferred_anti = _resolve(pod.preferred_anti_affinity, namespaces)
+        except SelectorError as exc:
+            return Status.as_error(exc)
+        ns_labels = namespaces.labels_of(pod.namespace)
+        hard_weight = self.args.hard_pod_affinity_weight
+        scores: dict[str, dict[str, int]] = {}
+        touched = False
+
+        def add(key: str, labels: Mapping[str, str], weight: int) -> None:
+            nonlocal touched
+            value = labels.get(key)
+            if value is None:
+                return
+            per_key = scores.get(key)
+            if per_key is None:
+                per_key = scores[key] = {}
+            per_key[value] = per_key.get(value, 0) + weight
+            touched = True
+
+        for ni in all_nodes:
+            node = ni.node
+            if node is None or not node.labels:
+                continue
+            labels = node.labels
+            others = ni.pods if has_preferred else ni.pods_with_affinity
+            for other in others.values():
+                for rt in preferred:
+                    if rt.matches(other):
+                        add(rt.topology_key, labels, rt.weight)
+                for rt in preferred_anti:
+                    if rt.matches(other):
+                        add(rt.topology_key, labels, -rt.weight)
+                if hard_weight > 0:
+                    for t in other.required_affinity:
+                        if _existing_term_matches(t, pod, ns_labels):
+                            add(t.topology_key, labels, hard_weight)
+                for t in other.preferred_affinity:
+                    if _existing_term_matches(t, pod, ns_labels):
+                        add(t.topology_key, labels, t.weight)
+                for t in other.preferred_anti_affinity:
+                    if _existing_term_matches(t, pod, ns_labels):
+                        add(t.topology_key, labels, -t.weight)
+        if not touched:
+            return Status.skip()
+        state.write(PRE_SCORE_KEY, ScoreState(scores))
+        return None
+
+    def score(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> tuple[int, Status | None]:
+        s = state.get(PRE_SCORE_KEY)
+        if not isinstance(s, ScoreState):
+            return 0, Status.as_error(f"reading {PRE_SCORE_KEY!r} from cycle state: not found")
+        labels = node_info.labels
+        total = 0
+        for key, per_value in s.topology_score.items():
+            value = labels.get(key)
+            if value is not None:
+                total += per_value.get(value, 0)
+        return total, None
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, scores: list[NodeScore]
+    ) -> Status | None:
+        """(s - min) * 100 / (max - min), truncated; all equal -> 0."""
+        s = state.get(PRE_SCORE_KEY)
+        if not isinstance(s, ScoreState):
+            return Status.as_error(f"reading {PRE_SCORE_KEY!r} from cycle state: not found")
+        if not s.topology_score or not scores:
+            return None
+        lowest = min(ns.score for ns in scores)
+        spread = max(ns.score for ns in scores) - lowest
+        for ns in scores:
+            ns.score = int(MAX_NODE_SCORE * ((ns.score - lowest) / spread)) if spread > 0 else 0
+        return None
+
+
+def _satisfies_affinity(s: FilterState, labels: Mapping[str, str]) -> bool:
+    pods_exist = True
+    for rt in s.affinity:
+        value = labels.get(rt.topology_key)
+        if value is None:
+            return False  # every topology key must exist on the node
+        if s.affinity_counts.get((rt.topology_key, value), 0) <= 0:
+            pods_exist = False
+    if pods_exist:
+        return True
+    # The first pod of a group with affinity to itself: nothing matches anywhere yet.
+    return not s.affinity_counts and s.self_match
+
+
+ENTRY = PluginEntry(NAME, InterPodAffinity, InterPodAffinity.new, parse_args)

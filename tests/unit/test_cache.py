@@ -1,0 +1,133 @@
+"""Cache: aggregation, the assumed-pod state machine, node order, snapshot."""
+
+from __future__ import annotations
+
+from kscheduler.cache import Cache, Snapshot
+from tests.unit.builders import node, pod
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def test_assume_then_confirm_then_remove() -> None:
+    c = Cache()
+    c.add_node(node("n1").alloc(cpu="4", memory="8Gi").record())
+    p = pod("p").req(cpu="1", memory="1Gi").build()
+    c.assume(p.with_node("n1"))
+    ni = c.nodes["n1"]
+    assert ni.requested.milli_cpu == 1000 and c.is_assumed(p.uid)
+    c.finish_binding(p.uid)
+    # the informer sees the bound pod: confirmed, counted once
+    c.add_pod(p.with_node("n1"))
+    assert not c.is_assumed(p.uid)
+    assert ni.requested.milli_cpu == 1000 and len(ni.pods) == 1
+    c.remove_pod(p.uid)
+    assert ni.requested.milli_cpu == 0 and not ni.pods
+
+
+def test_forget_undoes_assume() -> None:
+    c = Cache()
+    c.add_node(node("n1").alloc(cpu="4").record())
+    p = pod("p").req(cpu="1").host_port(80).build()
+    c.assume(p.with_node("n1"))
+    assert c.nodes["n1"].used_ports
+    c.forget(p.uid)
+    ni = c.nodes["n1"]
+    assert ni.requested.milli_cpu == 0 and not ni.used_ports and not ni.pods
+    assert not c.is_assumed(p.uid)
+
+
+def test_confirm_on_another_node_moves_the_pod() -> None:
+    c = Cache()
+    c.add_node(node("n1").alloc(cpu="4").record())
+    c.add_node(node("n2").alloc(cpu="4").record())
+    p = pod("p").req(cpu="1").build()
+    c.assume(p.with_node("n1"))
+    c.add_pod(p.with_node("n2"))
+    assert c.nodes["n1"].requested.milli_cpu == 0
+    assert c.nodes["n2"].requested.milli_cpu == 1000
+
+
+def test_assumed_expiry_only_after_binding_finished() -> None:
+    now = [0.0]
+    c = Cache(assumed_ttl=30, clock=lambda: now[0])
+    c.add_node(node("n1").alloc(cpu="4").record())
+    p = pod("p").req(cpu="1").build()
+    c.assume(p.with_node("n1"))
+    now[0] = 100
+    assert c.expire_assumed() == []  # bind still in flight: never expires
+    c.finish_binding(p.uid)
+    now[0] = 120
+    assert c.expire_assumed() == []
+    now[0] = 131
+    assert [x.uid for x in c.expire_assumed()] == [p.uid]
+    assert c.nodes["n1"].requested.milli_cpu == 0
+
+
+def test_pod_seen_before_its_node() -> None:
+    c = Cache()
+    p = pod("p").req(cpu="1").on("n1").build()
+    c.add_pod(p)
+    s = Snapshot(c)
+    s.update()
+    assert s.node_infos() == []  # no Node object yet: not schedulable
+    c.add_node(node("n1").alloc(cpu="4").record())
+    s.update()
+    assert [n.name for n in s.node_infos()] == ["n1"]
+    assert s.node_infos()[0].requested.milli_cpu == 1000
+
+
+def test_node_delete_with_pods_keeps_accounting() -> None:
+    c = Cache()
+    c.add_node(node("n1").alloc(cpu="4").record())
+    p = pod("p").req(cpu="1").on("n1").build()
+    c.add_pod(p)
+    c.remove_node("n1")
+    s = Snapshot(c)
+    s.update()
+    assert s.node_infos() == [] and "n1" in c.nodes
+    c.remove_pod(p.uid)
+    assert "n1" not in c.nodes
+
+
+def test_nodes_interleaved_across_zones() -> None:
+    c = Cache()
+    for name, zone in [
+        ("a1", "a"),
+        ("a2", "a"),
+        ("a3", "a"),
+        ("b1", "b"),
+        ("c1", "c"),
+        ("b2", "b"),
+    ]:
+        c.add_node(node(name).label(ZONE, zone).record())
+    assert c.ordered_node_names() == ["a1", "b1", "c1", "a2", "b2", "a3"]
+
+
+def test_snapshot_affinity_lists_follow_pods() -> None:
+    c = Cache()
+    c.add_node(node("n1").record())
+    c.add_node(node("n2").record())
+    s = Snapshot(c)
+    s.update()
+    assert s.have_pods_with_affinity() == []
+    anti = pod("p").on("n2").raw()
+    anti["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"a": "b"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    from kscheduler.framework.parse import parse_pod
+
+    pi = parse_pod(anti)
+    assert pi.parse_error is None
+    c.add_pod(pi)
+    s.update()
+    assert [n.name for n in s.have_pods_with_required_anti_affinity()] == ["n2"]
+    c.remove_pod(pi.uid)
+    s.update()
+    assert s.have_pods_with_affinity() == []
