@@ -164,7 +164,7 @@ async def serve(cfg: object, registry: object, args: argparse.Namespace) -> int:
     cc = cfg.client_connection
     kubeconfig = args.kubeconfig or cc.kubeconfig or None
     try:
-        kube = await KubeClient.create(
+        kube = await KubeClient.from_kubeconfig(
             kubeconfig, qps=cc.qps, burst=cc.burst, pool_size=args.bind_concurrency + 16
         )
     except Exception as exc:

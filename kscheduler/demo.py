@@ -120,7 +120,7 @@ async def _run(args: argparse.Namespace, kubeconfig: str, rest: Any) -> int:
     log.info("created demo nodes", count=len(demo_nodes()))
     registry = in_tree_registry()
     cfg = load_config("", registry=registry)
-    kube = await KubeClient.create(kubeconfig, qps=50, burst=100)
+    kube = await KubeClient.from_kubeconfig(kubeconfig, qps=50, burst=100)
     app = SchedulerApp(cfg, registry, kube, Options(leader_elect=False))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -155,6 +155,28 @@ async def _run(args: argparse.Namespace, kubeconfig: str, rest: Any) -> int:
     return 0
 
 
+class _KubeRest:
+    """The builders' small REST interface over KubeClient (any kubeconfig auth)."""
+
+    def __init__(self, kube: Any) -> None:
+        self.kube = kube
+
+    async def get(self, path: str, params: Any = None) -> Any:
+        return await self.kube.get_json(path, params)
+
+    async def post(self, path: str, body: Any, params: Any = None) -> Any:
+        return await self.kube.post_json(path, body, params=params)
+
+    async def put(self, path: str, body: Any, params: Any = None) -> Any:
+        return await self.kube.put_json(path, body, params=params)
+
+    async def delete(self, path: str, params: Any = None, body: Any = None) -> Any:
+        return await self.kube.delete(path, body, params=params)
+
+    async def list(self, path: str, params: Any = None) -> list[Any]:
+        return list((await self.kube.get_json(path, params)).get("items") or [])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kscheduler demo", description=__doc__)
     p.add_argument("--kubeconfig", help="use this cluster instead of starting one")
@@ -168,13 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     if args.kubeconfig:
-        from kscheduler.controlplane.rest import RestClient
 
         async def on_cluster() -> int:
-            async with RestClient.from_kubeconfig(args.kubeconfig) as rest:
-                return await _run(args, args.kubeconfig, rest)
+            from kscheduler.kube import KubeClient
 
-        return uvloop.run(on_cluster())
+            async with await KubeClient.from_kubeconfig(args.kubeconfig) as kube:
+                return await _run(args, args.kubeconfig, _KubeRest(kube))
+
+        return int(uvloop.run(on_cluster()))
 
     from kscheduler.controlplane.harness import ControlPlane
 
@@ -188,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             async with cp.client() as rest:
                 return await _run(args, str(cp.scheduler_kubeconfig), rest)
 
-        rc = uvloop.run(on_harness())
+        rc = int(uvloop.run(on_harness()))
         if args.keep:
             print(
                 f"the control plane stays up; in another shell:\n"

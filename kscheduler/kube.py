@@ -26,7 +26,7 @@ import os
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -211,6 +211,13 @@ class ApiError(Exception):
     @property
     def is_forbidden(self) -> bool:
         return self.status == 403
+
+    # Short spellings of the checks above.
+    not_found = is_not_found
+    conflict = is_conflict
+    already_exists = is_already_exists
+    gone = is_gone
+    too_many_requests = is_too_many_requests
 
 
 # --------------------------------------------------------------------------- backoff, rate limit
@@ -862,7 +869,7 @@ class KubeClient:
         path: str,
         params: Params = None,
         timeout: float | None = None,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """GET a streamed answer (a watch) and yield its lines without the newline.
 
         ``timeout`` is an inactivity timeout: no bytes for that many seconds raises

@@ -586,6 +586,8 @@ class ControlPlane:
             # Close open watches when stopping; otherwise a connected client
             # (a scheduler's informers) holds shutdown open for a minute.
             "--shutdown-watch-termination-grace-period=1s",
+            # Parallel DeleteCollection: halves the time to clean up thousands of pods.
+            "--delete-collection-workers=4",
             *self.extra_apiserver_args,
         ]
         self._etcd = ManagedProcess("etcd", etcd_argv, workdir / "etcd.log", cwd=workdir)

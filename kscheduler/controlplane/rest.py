@@ -122,7 +122,6 @@ class RestClient:
                 connector=connector,
                 timeout=self._timeout,
                 headers=self._headers,
-                json_serialize=lambda obj: orjson.dumps(obj).decode(),
             )
         return self._session
 

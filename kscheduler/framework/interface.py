@@ -91,7 +91,8 @@ class QueueingHint(enum.Enum):
     SKIP = "QueueSkip"
 
 
-#: (pod waiting in the queue, old object or None, new object or None) -> hint.
+#: (pod waiting in the queue, old object or None, new object or None) -> hint. For pod
+#: events old/new are PodInfo, for node events NodeRecord; other kinds pass raw dicts.
 QueueingHintFn = Callable[[PodInfo, Any, Any], QueueingHint]
 
 

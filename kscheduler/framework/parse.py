@@ -56,17 +56,16 @@ def _str_map(v: Any, where: str) -> dict[str, str]:
     return d
 
 
-def _container_requests(c: Mapping[str, Any], where: str) -> Resource:
+def _container_requests(c: Mapping[str, Any], where: str) -> tuple[Resource, int, int]:
+    """A container's requests, and its CPU/memory for scoring: requests that are
+    missing (not ones set to zero) count as 100m / 200Mi."""
     res = _dict(c.get("resources"), f"{where}.resources")
-    return Resource.from_list(
-        _dict(res.get("requests"), f"{where}.resources.requests"), f"{where}.resources.requests"
-    )
-
-
-def _non_zero(r: Resource) -> tuple[int, int]:
+    raw = _dict(res.get("requests"), f"{where}.resources.requests")
+    r = Resource.from_list(raw, f"{where}.resources.requests")
     return (
-        r.milli_cpu if r.milli_cpu else DEFAULT_MILLI_CPU_REQUEST,
-        r.memory if r.memory else DEFAULT_MEMORY_REQUEST,
+        r,
+        r.milli_cpu if "cpu" in raw else DEFAULT_MILLI_CPU_REQUEST,
+        r.memory if "memory" in raw else DEFAULT_MEMORY_REQUEST,
     )
 
 
@@ -81,9 +80,8 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[Resource, int, int]:
     total = Resource()
     nz_cpu = nz_mem = 0
     for i, c in enumerate(_list(spec.get("containers"), "spec.containers")):
-        r = _container_requests(_dict(c, f"spec.containers[{i}]"), f"spec.containers[{i}]")
+        r, a, b = _container_requests(_dict(c, f"spec.containers[{i}]"), f"spec.containers[{i}]")
         total.add(r)
-        a, b = _non_zero(r)
         nz_cpu += a
         nz_mem += b
     sidecars = Resource()
@@ -92,8 +90,7 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[Resource, int, int]:
     init_nz_cpu = init_nz_mem = 0
     for i, c in enumerate(_list(spec.get("initContainers"), "spec.initContainers")):
         c = _dict(c, f"spec.initContainers[{i}]")
-        r = _container_requests(c, f"spec.initContainers[{i}]")
-        a, b = _non_zero(r)
+        r, a, b = _container_requests(c, f"spec.initContainers[{i}]")
         if c.get("restartPolicy") == "Always":
             total.add(r)
             nz_cpu += a
@@ -121,8 +118,9 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[Resource, int, int]:
             total.milli_cpu = nz_cpu = pl.milli_cpu
         if "memory" in pod_level:
             total.memory = nz_mem = pl.memory
-        if "ephemeral-storage" in pod_level:
-            total.ephemeral_storage = pl.ephemeral_storage
+        for k, v in pl.scalar.items():
+            if k.startswith("hugepages-"):
+                total.scalar[k] = v
     overhead = spec.get("overhead")
     if overhead:
         o = Resource.from_list(_dict(overhead, "spec.overhead"), "spec.overhead")

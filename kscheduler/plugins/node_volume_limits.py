@@ -96,12 +96,24 @@ class InTreePlugin:
 
 
 IN_TREE_PLUGINS = (
-    InTreePlugin("awsElasticBlockStore", "kubernetes.io/aws-ebs", "ebs.csi.aws.com", False, _aws_ebs_handle),
-    InTreePlugin("gcePersistentDisk", "kubernetes.io/gce-pd", "pd.csi.storage.gke.io", False, _gce_pd_handle),
-    InTreePlugin("azureDisk", "kubernetes.io/azure-disk", "disk.csi.azure.com", False, _field("diskURI")),
-    InTreePlugin("cinder", "kubernetes.io/cinder", "cinder.csi.openstack.org", False, _field("volumeID")),
     InTreePlugin(
-        "portworxVolume", "kubernetes.io/portworx-volume", "pxd.portworx.com", True, _field("volumeID")
+        "awsElasticBlockStore", "kubernetes.io/aws-ebs", "ebs.csi.aws.com", False, _aws_ebs_handle
+    ),
+    InTreePlugin(
+        "gcePersistentDisk", "kubernetes.io/gce-pd", "pd.csi.storage.gke.io", False, _gce_pd_handle
+    ),
+    InTreePlugin(
+        "azureDisk", "kubernetes.io/azure-disk", "disk.csi.azure.com", False, _field("diskURI")
+    ),
+    InTreePlugin(
+        "cinder", "kubernetes.io/cinder", "cinder.csi.openstack.org", False, _field("volumeID")
+    ),
+    InTreePlugin(
+        "portworxVolume",
+        "kubernetes.io/portworx-volume",
+        "pxd.portworx.com",
+        True,
+        _field("volumeID"),
     ),
 )
 _BY_PLUGIN = {p.plugin: p for p in IN_TREE_PLUGINS}
@@ -133,6 +145,9 @@ class NodeVolumeLimits:
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeVolumeLimits:
+        for kind in ("persistentvolumeclaims", "persistentvolumes", "storageclasses", "csinodes"):
+            handle.objects.list(kind)  # start the informers before sync
+        _list_optional(handle.objects, "volumeattachments")
         return cls(handle.objects)
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
@@ -334,12 +349,14 @@ class NodeVolumeLimits:
         return QueueingHint.SKIP
 
     def _after_pod_deleted(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-        deleted = old.raw if isinstance(old, PodInfo) else _dict(old)
-        spec = _dict(deleted.get("spec"))
+        if isinstance(old, PodInfo):
+            spec, placed = old.spec, bool(old.node_name or old.nominated_node_name)
+        else:
+            spec = _dict(_dict(old).get("spec"))
+            status = _dict(_dict(old).get("status"))
+            placed = bool(spec.get("nodeName") or status.get("nominatedNodeName"))
         volumes = _volumes(spec)
-        if not volumes:
-            return QueueingHint.SKIP
-        if not spec.get("nodeName") and not _dict(deleted.get("status")).get("nominatedNodeName"):
+        if not volumes or not placed:
             return QueueingHint.SKIP
         if any(_may_attach(v) for v in volumes):
             return QueueingHint.QUEUE

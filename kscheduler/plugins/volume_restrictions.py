@@ -79,6 +79,7 @@ class VolumeRestrictions:
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> VolumeRestrictions:
+        handle.objects.list("persistentvolumeclaims")  # start the informer before sync
         return cls(handle.objects, handle.snapshot)
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
@@ -198,27 +199,29 @@ def _fits_disks(spec: Mapping[str, Any], existing_specs: Iterable[Mapping[str, A
 
 def _conflict(vol: Mapping[str, Any], existing: Mapping[str, Any]) -> bool:
     a, b = _source(vol, "gcePersistentDisk"), _source(existing, "gcePersistentDisk")
-    if a is not None and b is not None:
-        if a.get("pdName", "") == b.get("pdName", "") and not (_ro(a) and _ro(b)):
-            return True
+    if a is not None and b is not None and _same(a, b, "pdName") and not (_ro(a) and _ro(b)):
+        return True
     a, b = _source(vol, "awsElasticBlockStore"), _source(existing, "awsElasticBlockStore")
-    if a is not None and b is not None and a.get("volumeID", "") == b.get("volumeID", ""):
+    if a is not None and b is not None and _same(a, b, "volumeID"):
         return True
     a, b = _source(vol, "iscsi"), _source(existing, "iscsi")
-    if a is not None and b is not None:
-        if a.get("iqn", "") == b.get("iqn", "") and not (_ro(a) and _ro(b)):
-            return True
+    if a is not None and b is not None and _same(a, b, "iqn") and not (_ro(a) and _ro(b)):
+        return True
     a, b = _source(vol, "rbd"), _source(existing, "rbd")
-    if a is not None and b is not None:
-        shared_monitor = bool(set(a.get("monitors") or ()) & set(b.get("monitors") or ()))
-        if (
-            shared_monitor
-            and a.get("pool", DEFAULT_RBD_POOL) == b.get("pool", DEFAULT_RBD_POOL)
-            and a.get("image", "") == b.get("image", "")
-            and not (_ro(a) and _ro(b))
-        ):
-            return True
-    return False
+    return a is not None and b is not None and _same_rbd_image(a, b) and not (_ro(a) and _ro(b))
+
+
+def _same_rbd_image(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """One image: a monitor in common, the same pool and the same image name."""
+    return (
+        bool(set(a.get("monitors") or ()) & set(b.get("monitors") or ()))
+        and a.get("pool", DEFAULT_RBD_POOL) == b.get("pool", DEFAULT_RBD_POOL)
+        and _same(a, b, "image")
+    )
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any], key: str) -> bool:
+    return bool(a.get(key, "") == b.get(key, ""))
 
 
 def _is_restricted(vol: Mapping[str, Any]) -> bool:

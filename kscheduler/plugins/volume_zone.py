@@ -80,6 +80,8 @@ class VolumeZone:
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> VolumeZone:
+        for kind in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
+            handle.objects.list(kind)  # start the informers before sync
         return cls(handle.objects)
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
