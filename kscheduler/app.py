@@ -19,7 +19,8 @@ from kscheduler.cache import Cache, Snapshot
 from kscheduler.config import KubeSchedulerConfiguration
 from kscheduler.eventhandlers import EventHandlers
 from kscheduler.events import Broadcaster
-from kscheduler.framework.interface import ClusterEventWithHint
+from kscheduler.framework.interface import ActionType, ClusterEvent, ClusterEventWithHint
+from kscheduler.framework.interface import Resource as EventResource
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.registry import EXTENSION_POINTS, Registry
 from kscheduler.framework.runtime import Framework, ProfileSpec
@@ -31,6 +32,19 @@ from kscheduler.queue import SchedulingQueue
 from kscheduler.scheduler import Scheduler, SchedulerObserver
 
 log = structlog.get_logger("kscheduler.app")
+
+#: Informer kinds whose changes may make a pending pod schedulable.
+EVENT_RESOURCES = {
+    "persistentvolumes": EventResource.PERSISTENT_VOLUME,
+    "persistentvolumeclaims": EventResource.PERSISTENT_VOLUME_CLAIM,
+    "storageclasses": EventResource.STORAGE_CLASS,
+    "csinodes": EventResource.CSI_NODE,
+    "csidrivers": EventResource.CSI_DRIVER,
+    "csistoragecapacities": EventResource.CSI_STORAGE_CAPACITY,
+    "volumeattachments": EventResource.VOLUME_ATTACHMENT,
+    "namespaces": EventResource.NAMESPACE,
+    "services": EventResource.SERVICE,
+}
 
 #: kube-scheduler ignores terminal pods: they hold no resources.
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
@@ -153,11 +167,33 @@ class SchedulerApp:
             on_delete=self.handlers.node_deleted,
         )
         for kind in sorted(required_kinds(registry, specs)):
-            self.informers.add(kind)
+            self._watch_kind(kind)
         self.synced = asyncio.Event()
         self.started_at = time.time()
         self.elector: Any = None
         self._hooks: list[Callable[[], Awaitable[None]]] = []
+
+    def _watch_kind(self, kind: str) -> None:
+        """Start the informer for ``kind``; its changes are cluster events for the queue."""
+        resource = EVENT_RESOURCES.get(kind)
+        if resource is None:
+            self.informers.add(kind)
+            return
+        q = self.queue
+        add_ev = ClusterEvent(resource, ActionType.ADD, f"{resource.value}Add")
+        upd_ev = ClusterEvent(resource, ActionType.UPDATE, f"{resource.value}Update")
+        del_ev = ClusterEvent(resource, ActionType.DELETE, f"{resource.value}Delete")
+
+        def added(new: dict[str, Any]) -> None:
+            q.move_all_to_active_or_backoff(add_ev, None, new)
+
+        def updated(old: dict[str, Any], new: dict[str, Any]) -> None:
+            q.move_all_to_active_or_backoff(upd_ev, old, new)
+
+        def deleted(old: dict[str, Any]) -> None:
+            q.move_all_to_active_or_backoff(del_ev, old, None)
+
+        self.informers.add(kind, on_add=added, on_update=updated, on_delete=deleted)
 
     def _leader_elect(self) -> bool:
         if self.options.leader_elect is not None:

@@ -545,6 +545,8 @@ RESOURCES: Final[Mapping[str, Resource]] = MappingProxyType(
         "csinodes": Resource("/apis/storage.k8s.io/v1/csinodes", False),
         "csidrivers": Resource("/apis/storage.k8s.io/v1/csidrivers", False),
         "poddisruptionbudgets": Resource("/apis/policy/v1/poddisruptionbudgets", True),
+        "csistoragecapacities": Resource("/apis/storage.k8s.io/v1/csistoragecapacities", True),
+        "volumeattachments": Resource("/apis/storage.k8s.io/v1/volumeattachments", False),
     }
 )
 """Kinds the factory knows, by lower-case plural name."""

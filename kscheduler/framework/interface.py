@@ -65,6 +65,7 @@ class Resource(enum.Enum):
     CSI_STORAGE_CAPACITY = "CSIStorageCapacity"
     NAMESPACE = "Namespace"
     SERVICE = "Service"
+    VOLUME_ATTACHMENT = "VolumeAttachment"
     WILDCARD = "*"
 
 

@@ -190,45 +190,6 @@ _NOTHING = LabelSelector(
 )
 
 
-def _apply_match_label_keys(
-    terms: tuple[AffinityTerm, ...], raw: Any, labels: Mapping[str, str], where: str
-) -> tuple[AffinityTerm, ...]:
-    """matchLabelKeys / mismatchLabelKeys add In / NotIn requirements from the pod's labels."""
-    items = _list(raw, where)
-    if not any(
-        isinstance(it, dict)
-        and (it.get("matchLabelKeys") or it.get("mismatchLabelKeys") or _inner_keys(it))
-        for it in items
-    ):
-        return terms
-    out = []
-    for term, item in zip(terms, items, strict=True):
-        inner = item.get("podAffinityTerm", item) if isinstance(item, dict) else {}
-        extra = []
-        for k in inner.get("matchLabelKeys") or []:
-            if k in labels:
-                extra.append(Requirement(k, "In", frozenset({labels[k]})))
-        for k in inner.get("mismatchLabelKeys") or []:
-            if k in labels:
-                extra.append(Requirement(k, "NotIn", frozenset({labels[k]})))
-        if extra and term.selector is not _NOTHING:
-            sel = LabelSelector(
-                term.selector.match_labels, term.selector.requirements + tuple(extra)
-            )
-            term = AffinityTerm(
-                sel, term.namespaces, term.namespace_selector, term.topology_key, term.weight
-            )
-        out.append(term)
-    return tuple(out)
-
-
-def _inner_keys(item: Mapping[str, Any]) -> bool:
-    inner = item.get("podAffinityTerm")
-    return isinstance(inner, dict) and bool(
-        inner.get("matchLabelKeys") or inner.get("mismatchLabelKeys")
-    )
-
-
 def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     out = []
     containers = _list(spec.get("containers"), "spec.containers")
@@ -306,8 +267,9 @@ def _parse_pod(raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, nam
     def terms(
         src: dict[str, Any], key: str, where: str, weighted: bool
     ) -> tuple[AffinityTerm, ...]:
-        t = _affinity_terms(src.get(key), ns, where, weighted)
-        return _apply_match_label_keys(t, src.get(key), labels, where) if t else t
+        # matchLabelKeys / mismatchLabelKeys were merged into labelSelector by the
+        # API server when the pod was created; nothing to add here.
+        return _affinity_terms(src.get(key), ns, where, weighted)
 
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):

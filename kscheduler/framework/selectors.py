@@ -98,7 +98,10 @@ class LabelSelector:
         for k, v in self.match_labels:
             if labels.get(k) != v:
                 return False
-        return all(r.matches(labels) for r in self.requirements)
+        for r in self.requirements:
+            if not r.matches(labels):
+                return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -204,7 +204,7 @@ class AffinityTerm:
             return True
         if self.namespace_selector is None:
             return False
-        return ns_labels is not None and self.namespace_selector.matches(ns_labels)
+        return self.namespace_selector.matches(ns_labels if ns_labels is not None else {})
 
 
 @dataclass(slots=True, eq=False)

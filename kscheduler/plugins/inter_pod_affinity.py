@@ -40,7 +40,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.args import Fields
-from kscheduler.framework.selectors import LabelSelector, SelectorError
+from kscheduler.framework.selectors import LabelSelector
 from kscheduler.framework.types import AffinityTerm
 
 NAME = "InterPodAffinity"
@@ -347,11 +347,8 @@ class InterPodAffinity:
     ) -> tuple[PreFilterResult | None, Status | None]:
         """Skip when neither the pod nor any existing pod has required (anti-)affinity."""
         namespaces = _Namespaces(self._handle)
-        try:
-            affinity = _resolve(pod.required_affinity, namespaces)
-            anti = _resolve(pod.required_anti_affinity, namespaces)
-        except SelectorError as exc:
-            return None, Status.as_error(exc)
+        affinity = _resolve(pod.required_affinity, namespaces)
+        anti = _resolve(pod.required_anti_affinity, namespaces)
         ns_labels = namespaces.labels_of(pod.namespace)
 
         existing: dict[TopologyPair, int] = {}
@@ -462,11 +459,8 @@ class InterPodAffinity:
         snapshot = self._handle.snapshot
         all_nodes = snapshot.node_infos() if has_preferred else snapshot.have_pods_with_affinity()
         namespaces = _Namespaces(self._handle)
-        try:
-            preferred = _resolve(pod.preferred_affinity, namespaces)
-            preferred_anti = _resolve(pod.preferred_anti_affinity, namespaces)
-        except SelectorError as exc:
-            return Status.as_error(exc)
+        preferred = _resolve(pod.preferred_affinity, namespaces)
+        preferred_anti = _resolve(pod.preferred_anti_affinity, namespaces)
         ns_labels = namespaces.labels_of(pod.namespace)
         hard_weight = self.args.hard_pod_affinity_weight
         scores: dict[str, dict[str, int]] = {}

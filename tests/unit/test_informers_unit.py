@@ -141,8 +141,7 @@ class FakeWatchClient:
 
     async def get_json(self, path: str, params: Params = None) -> Any:
         self.list_calls.append({k: str(v) for k, v in (params or {}).items()})
-        while not self.lists:
-            await asyncio.sleep(0.005)
+        await wait_until(lambda: bool(self.lists), timeout=3600)
         answer = self.lists.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -153,8 +152,7 @@ class FakeWatchClient:
     ) -> AsyncGenerator[bytes, None]:
         self.watch_calls.append({k: str(v) for k, v in (params or {}).items()})
         self.timeouts.append(timeout)
-        while not self.watches:
-            await asyncio.sleep(0.005)
+        await wait_until(lambda: bool(self.watches), timeout=3600)
         for item in self.watches.pop(0):
             if item is BLOCK:
                 await asyncio.Event().wait()
@@ -612,12 +610,17 @@ def test_api_error_parses_the_status_body() -> None:
     assert plain.status == 502 and "bad gateway" in plain.message
 
     throttled = ApiError.from_status(
-        {"kind": "Status", "code": 429, "reason": "TooManyRequests", "details": {"retryAfterSeconds": 3}}
+        {
+            "kind": "Status",
+            "code": 429,
+            "reason": "TooManyRequests",
+            "details": {"retryAfterSeconds": 3},
+        }
     )
     assert throttled.is_too_many_requests and throttled.retry_after == 3.0
 
 
-# --------------------------------------------------------------------------- KubeClient over a local HTTP server
+# ------------------------------------------------------------------------- KubeClient, local server
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -645,7 +648,13 @@ def fast_client(url: str, **kwargs: Any) -> KubeClient:
 
 
 def status(code: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
-    body = {"kind": "Status", "status": "Failure", "reason": reason, "message": reason, "code": code}
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "reason": reason,
+        "message": reason,
+        "code": code,
+    }
     return web.Response(
         status=code, body=orjson.dumps(body), content_type="application/json", headers=headers
     )
@@ -713,7 +722,9 @@ async def test_client_maps_404_and_409_and_sends_bodies() -> None:
 
     async with http_server(handler) as url, fast_client(url) as client:
         with pytest.raises(ApiError) as nf:
-            await client.delete("/api/v1/namespaces/d/pods/missing", {"preconditions": {"uid": "u"}})
+            await client.delete(
+                "/api/v1/namespaces/d/pods/missing", {"preconditions": {"uid": "u"}}
+            )
         with pytest.raises(ApiError) as conflict:
             await client.bind("d", "p", "uid-1", "node-a")
         await client.patch_json("/api/v1/nodes/n", {"metadata": {"labels": {"a": "b"}}})
@@ -772,7 +783,7 @@ async def test_stream_lines_splits_chunks_and_times_out_when_silent() -> None:
         await resp.prepare(request)
         if request.path == "/silent":
             await resp.write(b'{"type":"BOOKMARK"}\n')
-            await asyncio.sleep(5)
+            await asyncio.sleep(0.6)
             return resp
         big = b"x" * 300_000
         for chunk in (b'{"a":1}\n{"b"', b":2}\n", b'{"big":"' + big[:1000], big[1000:] + b'"}\n\n'):

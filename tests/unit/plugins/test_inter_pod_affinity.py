@@ -551,7 +551,7 @@ def test_score_affinity_anti_affinity_and_symmetry() -> None:
 
 
 def test_score_truncates() -> None:
-    # raw 1 (az1 only), 2, 4 (China + az1... ) -> (s-1)*100/3 truncated: 0, 33, 100
+    # raw 1, 2, 4 -> (s-1)*100/3 truncated: 0, 33, 100
     nodes = [
         n("node1", {"az": "a"}, mkpod("a", security="S1")),
         n("node2", {"az": "b"}, mkpod("b", security="S1"), mkpod("c", security="S1")),

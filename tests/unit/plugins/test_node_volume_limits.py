@@ -20,7 +20,9 @@ from ..fakes import FakeObjects
 DRIVER = "csi.example.com"
 
 
-def claim_pod(name: str, *claims: str, uid: str = "", extra: list[dict[str, Any]] | None = None) -> PodInfo:
+def claim_pod(
+    name: str, *claims: str, uid: str = "", extra: list[dict[str, Any]] | None = None
+) -> PodInfo:
     b = pod(name)
     if uid:
         b.uid(uid)
@@ -52,14 +54,19 @@ def csi_pv(name: str, driver: str = DRIVER, handle: str = "") -> dict[str, Any]:
     }
 
 
-def csi_node(name: str, limits: dict[str, int | None], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def csi_node(
+    name: str, limits: dict[str, int | None], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     drivers = []
     for driver, count in limits.items():
         d: dict[str, Any] = {"name": driver, "nodeID": name}
         if count is not None:
             d["allocatable"] = {"count": count}
         drivers.append(d)
-    return {"metadata": {"name": name, "annotations": annotations or {}}, "spec": {"drivers": drivers}}
+    return {
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"drivers": drivers},
+    }
 
 
 def base_objects(**extra: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -260,9 +267,7 @@ def test_volume_limits() -> None:
 
 def test_hints() -> None:
     pl = NodeVolumeLimits(FakeObjects())
-    hints = {
-        (e.event.resource, e.event.action): e.hint for e in pl.events_to_register()
-    }
+    hints = {(e.event.resource, e.event.action): e.hint for e in pl.events_to_register()}
     assert len(hints) == 4
     p = claim_pod("p", "c1")
     csi_update = next(h for (r, _), h in hints.items() if r is EventResource.CSI_NODE and h)
@@ -278,7 +283,9 @@ def test_hints() -> None:
     assert pod_deleted(p, claim_pod("d", "c9"), None) is QueueingHint.SKIP  # never placed
     assert pod_deleted(p, claim_pod("d").with_node("n"), None) is QueueingHint.SKIP
 
-    claim_added = next(h for (r, _), h in hints.items() if r is EventResource.PERSISTENT_VOLUME_CLAIM)
+    claim_added = next(
+        h for (r, _), h in hints.items() if r is EventResource.PERSISTENT_VOLUME_CLAIM
+    )
     assert claim_added is not None
     assert claim_added(p, None, pvc("c1")) is QueueingHint.QUEUE
     assert claim_added(p, None, pvc("c2")) is QueueingHint.SKIP

@@ -65,7 +65,8 @@ def rbd(monitors: list[str], image: str, pool: str = "rbd", ro: bool = False) ->
 
 def plugin(nodes: list[NodeInfo], claims: list[dict[str, Any]] | None = None) -> VolumeRestrictions:
     return VolumeRestrictions(
-        FakeObjects({"persistentvolumeclaims": claims or []}), FakeSnapshot(nodes)  # type: ignore[arg-type]
+        FakeObjects({"persistentvolumeclaims": claims or []}),
+        FakeSnapshot(nodes),  # type: ignore[arg-type]
     )
 
 

@@ -55,9 +55,7 @@ def plugin(objects: dict[str, list[dict[str, Any]]]) -> VolumeZone:
     return VolumeZone(FakeObjects(objects))
 
 
-def run(
-    p: PodInfo, objects: dict[str, list[dict[str, Any]]], node_labels: dict[str, str]
-) -> Any:
+def run(p: PodInfo, objects: dict[str, list[dict[str, Any]]], node_labels: dict[str, str]) -> Any:
     pl = plugin(objects)
     ni = node("n").build()
     ni.node.labels.update(node_labels)  # type: ignore[union-attr]
@@ -91,7 +89,10 @@ def run(
     ],
 )
 def test_filter(pv_labels: dict[str, str], node_labels: dict[str, str], fits: bool) -> None:
-    objects = {"persistentvolumeclaims": [pvc("c", "v1")], "persistentvolumes": [pv("v1", **pv_labels)]}
+    objects = {
+        "persistentvolumeclaims": [pvc("c", "v1")],
+        "persistentvolumes": [pv("v1", **pv_labels)],
+    }
     st = run(claim_pod("c"), objects, node_labels)
     if fits:
         assert st is None or st.code == Code.SKIP
