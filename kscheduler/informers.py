@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Generic, Protocol, TypeVar, overload
+from typing import Any, Final, Generic, Protocol, TypedDict, TypeVar, overload
 
 import aiohttp
 import orjson
@@ -169,6 +169,20 @@ class _Position:
     resource_version: str | None = None
 
 
+class _Failed:
+    """Marks an object whose transform raised."""
+
+
+_FAILED: Final = _Failed()
+
+
+class WatchEvent(TypedDict):
+    """One line of a watch stream."""
+
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK or ERROR
+    object: JSON
+
+
 class WatchEndedEarly(Exception):
     """A watch stream closed at once with no events (no server timeout that quick)."""
 
@@ -286,8 +300,8 @@ class Informer(Generic[T]):
         if sep:
             self._by_namespace.setdefault(ns, {})[key] = value
 
-    def _pop(self, key: str) -> T | None:
-        value = self._items.pop(key, None)
+    def _pop(self, key: str) -> T:
+        value = self._items.pop(key)
         self._versions.pop(key, None)
         ns, sep, _ = key.partition("/")
         if sep:
@@ -298,9 +312,22 @@ class Informer(Generic[T]):
                     del self._by_namespace[ns]
         return value
 
-    def _convert(self, raw: JSON) -> T:
-        value: T = raw if self.transform is None else self.transform(raw)  # type: ignore[assignment]
-        return value
+    def _convert(self, raw: JSON) -> T | _Failed:
+        """The transformed object, or _FAILED (logged) when the transform raises."""
+        if self.transform is None:
+            value: T = raw  # type: ignore[assignment]
+            return value
+        try:
+            converted: T = self.transform(raw)
+        except Exception:
+            log.exception(
+                "informer transform failed; object left as it was",
+                informer=self.name,
+                key=object_key(raw),
+                resource_version=_rv(raw),
+            )
+            return _FAILED
+        return converted
 
     # ----------------------------------------------------------------- handlers
 
@@ -342,9 +369,7 @@ class Informer(Generic[T]):
         for raw in items:
             incoming[object_key(raw)] = raw
         for key in [k for k in self._items if k not in incoming]:
-            old = self._pop(key)
-            if old is not None:
-                self._emit_delete(old)
+            self._emit_delete(self._pop(key))
         for key, raw in incoming.items():
             self._upsert(key, raw)
 
@@ -353,8 +378,9 @@ class Informer(Generic[T]):
         key = object_key(raw)
         if event_type == "DELETED":
             if key in self._items:
-                self._pop(key)
-                self._emit_delete(self._convert(raw))
+                old = self._pop(key)
+                final = self._convert(raw)
+                self._emit_delete(old if isinstance(final, _Failed) else final)
             return
         if event_type in ("ADDED", "MODIFIED"):
             self._upsert(key, raw)
@@ -362,9 +388,14 @@ class Informer(Generic[T]):
             log.warning("unknown watch event type", informer=self.name, type=event_type)
 
     def _upsert(self, key: str, raw: JSON) -> None:
+        """Store raw under key and report it. When the transform fails the store
+        keeps what it had (nothing, or the previous version) and the next list or
+        event for the object tries again."""
         known = self._versions.get(key)
         if known is None:
             value = self._convert(raw)
+            if isinstance(value, _Failed):
+                return
             self._put(key, raw, value)
             self._emit_add(value)
             return
@@ -374,6 +405,8 @@ class Informer(Generic[T]):
             return
         old = self._items[key]
         value = self._convert(raw)
+        if isinstance(value, _Failed):
+            return
         self._put(key, raw, value)
         if uid and new_uid and uid != new_uid:
             self._emit_delete(old)
@@ -456,6 +489,7 @@ class Informer(Generic[T]):
                 if not exc.is_gone:
                     raise
                 if fresh_list and events == 0:
+                    pos.resource_version = None
                     raise  # gone straight after a list: back off before listing again
                 log.info(
                     "watch resourceVersion expired; relisting",
@@ -501,7 +535,7 @@ class Informer(Generic[T]):
                 return items, str(meta.get("resourceVersion") or "")
             params["continue"] = token
 
-    async def _stream(self, resource_version: str) -> AsyncIterator[JSON]:
+    async def _stream(self, resource_version: str) -> AsyncIterator[WatchEvent]:
         """One watch request from resource_version; raises ApiError on an ERROR event."""
         s = self.settings
         params: dict[str, str] = self._params()
@@ -514,7 +548,7 @@ class Informer(Generic[T]):
         lines = self.client.stream_lines(self.path, params, s.inactivity_timeout)
         async with contextlib.aclosing(lines):
             async for line in lines:
-                event = orjson.loads(line)
+                event: WatchEvent = orjson.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     raise ApiError.from_status(status, method="WATCH", path=self.path)

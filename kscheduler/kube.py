@@ -66,6 +66,11 @@ _IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE
 _TOKEN_RELOAD_PERIOD: Final = 60.0
 """client-go re-reads token files once a minute; so do we."""
 _TOKEN_RETRY_AFTER_FAILURE: Final = 10.0
+# aiohttp >= 3.10 tells a connect timeout from a read timeout; older ones raise
+# ServerTimeoutError for both.
+_CONNECT_TIMEOUT: Final[type[Exception]] = getattr(
+    aiohttp, "ConnectionTimeoutError", aiohttp.ServerTimeoutError
+)
 
 
 class ConfigError(Exception):
@@ -77,27 +82,6 @@ class StreamTimeout(TimeoutError):
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class StatusDetails(TypedDict, total=False):
-    name: str
-    group: str
-    kind: str
-    uid: str
-    causes: list[dict[str, str]]
-    retryAfterSeconds: int
-
-
-class StatusBody(TypedDict, total=False):
-    """metav1.Status as the apiserver sends it."""
-
-    kind: str
-    apiVersion: str
-    status: str
-    message: str
-    reason: str
-    code: int
-    details: StatusDetails
 
 
 class ApiError(Exception):
@@ -224,8 +208,10 @@ class ApiError(Exception):
 
 
 class Backoff:
-    """Jittered exponential backoff: delay n is ``min(cap, initial * factor**n)`` scaled
-    by a random factor in ``[1, 1 + jitter]`` (client-go's wait.Backoff), then capped.
+    """Jittered exponential backoff, as client-go's wait.Backoff: step n waits
+    ``min(cap, initial * factor**n)`` stretched by a random factor in
+    ``[1, 1 + jitter]`` (jitter after the cap, so that clients that all reached
+    the cap still spread out).
 
     Never returns less than ``initial``, so a loop that sleeps ``next()`` cannot spin.
     """
@@ -249,9 +235,9 @@ class Backoff:
         self._rng = rng or random.Random()
 
     def next(self) -> float:
-        base = min(self.cap, self.initial * self.factor**self.attempts)
+        base = min(self.cap, self.initial * self.factor ** min(self.attempts, 64))
         self.attempts += 1
-        return min(self.cap, base * (1.0 + self.jitter * self._rng.random()))
+        return base * (1.0 + self.jitter * self._rng.random())
 
     def reset(self) -> None:
         self.attempts = 0
@@ -781,7 +767,9 @@ class KubeClient:
                         path=path,
                         retry_after=_retry_after(resp.headers),
                     )
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            except (aiohttp.ClientSSLError, aiohttp.ClientConnectorCertificateError):
+                raise  # TLS misconfiguration: retrying cannot help
+            except (aiohttp.ClientConnectorError, _CONNECT_TIMEOUT) as exc:
                 # Never reached the server: safe to retry whatever the method.
                 if attempt >= self.max_retries:
                     raise
@@ -905,12 +893,14 @@ class KubeClient:
                     raise error
                 async for line in _split_lines(resp.content):
                     yield line
-        except aiohttp.ConnectionTimeoutError:
-            raise
         except TimeoutError as exc:
-            if isinstance(exc, StreamTimeout):
+            if isinstance(exc, StreamTimeout) or _is_connect_timeout(exc):
                 raise
             raise StreamTimeout(f"no bytes from GET {path} for {timeout} seconds") from exc
+
+
+def _is_connect_timeout(exc: BaseException) -> bool:
+    return _CONNECT_TIMEOUT is not aiohttp.ServerTimeoutError and isinstance(exc, _CONNECT_TIMEOUT)
 
 
 async def _split_lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:

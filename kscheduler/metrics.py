@@ -91,7 +91,7 @@ def go_float(value: float) -> str:
     return f"{sign}{whole}.{frac}" if frac else f"{sign}{whole}"
 
 
-# ---- series -------------------------------------------------------------------------------
+# ---- series ----------------------------------------------------------------------------------
 class CounterVec:
     """A counter family; ``name`` as exposed (ending in ``_total``)."""
 
@@ -163,7 +163,7 @@ class HistogramVec:
         return fam
 
 
-# ---- the registry ---------------------------------------------------------------------------
+# ---- the registry ----------------------------------------------------------------------------
 class Metrics:
     """kube-scheduler's metric set on a private :class:`CollectorRegistry`.
 
@@ -336,7 +336,7 @@ def _unschedulable_by_plugin(app: SchedulerApp) -> dict[tuple[str, str], int]:
     return out
 
 
-# ---- observers ----------------------------------------------------------------------------
+# ---- observers -------------------------------------------------------------------------------
 class _SchedulerHook(SchedulerObserver):
     def __init__(self, metrics: Metrics) -> None:
         self._m = metrics

@@ -22,6 +22,7 @@ IN_TREE = [
     "volume_zone",
     "pod_topology_spread",
     "inter_pod_affinity",
+    "dynamic_resources",
     "default_preemption",
     "balanced_allocation",
     "image_locality",

@@ -118,8 +118,12 @@ class FakeLeaseApi:
         """Another party writes the lease (creating it if needed)."""
         lease = self.leases.setdefault(
             NAME,
-            {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-             "metadata": {"name": NAME, "namespace": NS}, "spec": {}},
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": NAME, "namespace": NS},
+                "spec": {},
+            },
         )
         lease["spec"] = {**lease["spec"], **spec}
         lease["metadata"]["resourceVersion"] = str(next(self.rv))
@@ -153,7 +157,9 @@ def elector(
     )
 
 
-async def _acquired_within(ft: FakeTime, le: LeaderElector, seconds: float, step: float = 0.1) -> float:
+async def _acquired_within(
+    ft: FakeTime, le: LeaderElector, seconds: float, step: float = 0.1
+) -> float:
     """Run le.acquire() on the fake clock; return the fake seconds it took."""
     start = ft.now
     task = asyncio.create_task(le.acquire())
@@ -184,8 +190,15 @@ async def test_creates_missing_lease_and_leads(api: FakeLeaseApi, ft: FakeTime) 
 
 async def test_fractional_lease_duration_is_rounded_up(api: FakeLeaseApi, ft: FakeTime) -> None:
     a = LeaderElector(
-        api, namespace=NS, name=NAME, identity="a", lease_duration=2.5, renew_deadline=2.0,
-        retry_period=0.5, clock=ft.clock, sleep=ft.sleep,
+        api,
+        namespace=NS,
+        name=NAME,
+        identity="a",
+        lease_duration=2.5,
+        renew_deadline=2.0,
+        retry_period=0.5,
+        clock=ft.clock,
+        sleep=ft.sleep,
     )
     await a.acquire()
     assert api.spec()["leaseDurationSeconds"] == 3
@@ -216,8 +229,11 @@ async def test_takeover_is_timed_on_the_local_clock(
     """The holder's renewTime is never compared with our clock: whatever it says, a
     standby waits leaseDurationSeconds from when it first saw the record unchanged."""
     api.put_record(
-        holderIdentity="dead", leaseDurationSeconds=15, acquireTime=renew_time,
-        renewTime=renew_time, leaseTransitions=4,
+        holderIdentity="dead",
+        leaseDurationSeconds=15,
+        acquireTime=renew_time,
+        renewTime=renew_time,
+        leaseTransitions=4,
     )
     changes: list[bool] = []
     b = elector(api, ft, "b", changes)
@@ -349,7 +365,9 @@ async def test_hold_stops_at_once_when_someone_else_holds(api: FakeLeaseApi, ft:
     assert api.spec()["holderIdentity"] == "intruder", "a lost holder never writes again"
 
 
-async def test_renewal_conflict_from_own_write_is_recovered(api: FakeLeaseApi, ft: FakeTime) -> None:
+async def test_renewal_conflict_from_own_write_is_recovered(
+    api: FakeLeaseApi, ft: FakeTime
+) -> None:
     """A 409 while the Lease still names us (our earlier write landed after all): re-read, renew."""
     a = elector(api, ft, "a")
     await a.acquire()
@@ -364,8 +382,13 @@ async def test_renewal_conflict_from_own_write_is_recovered(api: FakeLeaseApi, f
 
 async def test_hung_renewal_is_cut_at_the_deadline(api: FakeLeaseApi) -> None:
     a = LeaderElector(
-        api, namespace=NS, name=NAME, identity="a",
-        lease_duration=0.5, renew_deadline=0.3, retry_period=0.1,
+        api,
+        namespace=NS,
+        name=NAME,
+        identity="a",
+        lease_duration=0.5,
+        renew_deadline=0.3,
+        retry_period=0.1,
     )
     await a.acquire()
     api.hang = True
@@ -418,13 +441,19 @@ async def test_release_does_nothing_when_not_holder(api: FakeLeaseApi, ft: FakeT
     assert api.calls == []
 
 
-def test_standby_delay_has_bounded_jitter_and_stops_at_expiry(api: FakeLeaseApi, ft: FakeTime) -> None:
+def test_standby_delay_has_bounded_jitter_and_stops_at_expiry(
+    api: FakeLeaseApi, ft: FakeTime
+) -> None:
     b = elector(api, ft, "b")
     delays = [b._standby_delay() for _ in range(200)]
     assert all(RP <= d <= RP * (1 + JITTER) for d in delays)
     assert max(delays) > min(delays)
-    b._observe({"metadata": {"resourceVersion": "1"},
-                "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})
+    b._observe(
+        {
+            "metadata": {"resourceVersion": "1"},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+        }
+    )
     ft.now += 14.5
     assert b._standby_delay() == pytest.approx(0.51)
 
@@ -436,6 +465,11 @@ def test_standby_delay_has_bounded_jitter_and_stops_at_expiry(api: FakeLeaseApi,
 def test_rejects_unsafe_settings(ld: float, rd: float, rp: float, identity: str) -> None:
     with pytest.raises(ValueError):
         LeaderElector(
-            FakeLeaseApi(), namespace=NS, name=NAME, identity=identity,
-            lease_duration=ld, renew_deadline=rd, retry_period=rp,
+            FakeLeaseApi(),
+            namespace=NS,
+            name=NAME,
+            identity=identity,
+            lease_duration=ld,
+            renew_deadline=rd,
+            retry_period=rp,
         )

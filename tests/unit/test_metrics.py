@@ -96,7 +96,7 @@ def fed() -> Metrics:
     return m
 
 
-# ---- formatting -----------------------------------------------------------------------------
+# ---- formatting ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("v", "text"),
     [
@@ -124,7 +124,7 @@ def test_exponential_buckets_multiply_like_go() -> None:
     assert len(b) == 20 and b[1] == 0.00001 * 1.5 and b[2] == (0.00001 * 1.5) * 1.5
 
 
-# ---- names, types, labels ---------------------------------------------------------------------
+# ---- names, types, labels --------------------------------------------------------------------
 def test_every_family_is_declared_with_upstream_type() -> None:
     text = scrape(Metrics(process_metrics=False))
     declared = types(text)
@@ -164,7 +164,7 @@ def test_process_metrics_are_exported_by_default() -> None:
     assert "# TYPE scheduler_pending_pods gauge" in text
 
 
-# ---- buckets --------------------------------------------------------------------------------------
+# ---- buckets ---------------------------------------------------------------------------------
 def _bounds(start: float, factor: float, count: int) -> list[str]:
     return [go_float(b) for b in exponential_buckets(start, factor, count)] + ["+Inf"]
 
@@ -197,8 +197,11 @@ def test_bucket_bounds_match_upstream() -> None:
     m = Metrics(process_metrics=False)
     m.plugin_execution_duration.observe(0.0001, "P", "Filter", "Success")
     pbounds = bucket_bounds(
-        scrape(m), "scheduler_plugin_execution_duration_seconds",
-        plugin="P", extension_point="Filter", status="Success",
+        scrape(m),
+        "scheduler_plugin_execution_duration_seconds",
+        plugin="P",
+        extension_point="Filter",
+        status="Success",
     )
     assert len(pbounds) == 21 and pbounds[0] == "1e-05" and pbounds[1] == "1.5000000000000002e-05"
 
@@ -219,10 +222,12 @@ def test_histogram_counts_are_cumulative_and_le_inclusive() -> None:
     assert value(text, f"{name}_sum", **labels) == pytest.approx(100.0045)
 
 
-# ---- observers ---------------------------------------------------------------------------------------
+# ---- observers -------------------------------------------------------------------------------
 def test_observers_feed_their_series() -> None:
     text = scrape(fed())
-    assert value(text, "scheduler_schedule_attempts_total", profile="p1", result="unschedulable") == 1
+    assert (
+        value(text, "scheduler_schedule_attempts_total", profile="p1", result="unschedulable") == 1
+    )
     assert value(text, "scheduler_pod_scheduling_sli_duration_seconds_count", attempts="3") == 1
     assert value(text, "scheduler_pod_scheduling_attempts_bucket", le="4") == 1
     assert value(text, "scheduler_pod_scheduling_attempts_bucket", le="2") == 0
@@ -246,7 +251,7 @@ def test_observers_feed_their_series() -> None:
     )
 
 
-# ---- state read from the app ------------------------------------------------------------------------
+# ---- state read from the app -----------------------------------------------------------------
 def fake_app(*, leader_elect: bool, queue: SchedulingQueue | None = None) -> Any:
     def pre_enqueue(p: PodInfo) -> Status | None:
         if p.scheduling_gates:
@@ -282,9 +287,7 @@ async def test_attach_exports_queue_binds_and_leadership() -> None:
     q.add_unschedulable_if_not_present(qp)
 
     text = scrape(m)
-    pending = {
-        lab["queue"]: v for n, lab, v in samples(text) if n == "scheduler_pending_pods"
-    }
+    pending = {lab["queue"]: v for n, lab, v in samples(text) if n == "scheduler_pending_pods"}
     assert set(pending) == {"active", "backoff", "unschedulable", "gated"}
     assert pending["active"] == 1 and pending["gated"] == 1
     assert pending["unschedulable"] + pending["backoff"] == 1
@@ -302,7 +305,10 @@ async def test_attach_exports_queue_binds_and_leadership() -> None:
         again = await q.pop()
     app.leading = True
     text = scrape(m)
-    assert value(text, "scheduler_unschedulable_pods", plugin="NodeResourcesFit", profile=sched) is None
+    assert (
+        value(text, "scheduler_unschedulable_pods", plugin="NodeResourcesFit", profile=sched)
+        is None
+    )
     assert value(text, "leader_election_master_status", name="kscheduler") == 1
 
 
