@@ -206,6 +206,10 @@ class Churn:
     namespace: str = "churn"
 
 
+def namespace_name(workload: str, short: str) -> str:
+    return f"{workload.lower()}-{short}"
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     name: str
@@ -219,12 +223,8 @@ class Workload:
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def prefix(self) -> str:
-        return self.name.lower()
-
     def namespace(self, short: str) -> str:
-        return f"{self.prefix}-{short}"
+        return namespace_name(self.name, short)
 
     def namespaces(self) -> list[str]:
         names = [g.namespace for g in (*self.init, self.measure)]
@@ -269,7 +269,8 @@ def workloads(size: str) -> list[Workload]:
     def pick(quick: int, full: int) -> int:
         return full if big else quick
 
-    anti_ns = ["antiaffinity-sched-1", "antiaffinity-sched-0"]
+    anti = "SchedulingPodAntiAffinity"
+    anti_ns = [namespace_name(anti, "sched-1"), namespace_name(anti, "sched-0")]
     return [
         Workload(
             "SchedulingBasic",
@@ -298,7 +299,7 @@ def workloads(size: str) -> list[Workload]:
             + ("5000Nodes_5000Pods" if big else "500Nodes"),
         ),
         Workload(
-            "SchedulingPodAntiAffinity",
+            anti,
             nodes=pick(500, 5000),
             init=(PodGroup(pod_with_pod_anti_affinity(anti_ns), pick(100, 1000), "sched-0"),),
             measure=PodGroup(pod_with_pod_anti_affinity(anti_ns), pick(400, 2000), "sched-1"),

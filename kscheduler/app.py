@@ -27,7 +27,8 @@ from kscheduler.framework.runtime import Framework, ProfileSpec
 from kscheduler.framework.status import Status
 from kscheduler.framework.types import PodInfo
 from kscheduler.informers import Informer, InformerFactory
-from kscheduler.kube import KubeClient
+from kscheduler.kube import KubeClient, TokenBucketRateLimiter
+from kscheduler.leader import LeaderElector
 from kscheduler.queue import SchedulingQueue
 from kscheduler.scheduler import Scheduler, SchedulerObserver
 
@@ -143,7 +144,7 @@ class SchedulerApp:
             snapshot=self.snapshot,
             bind_concurrency=self.options.bind_concurrency,
             observer=observer,
-            may_bind=lambda: self.leading,
+            may_bind=self._may_bind,
         )
         self.handlers = EventHandlers(
             cache=self.cache,
@@ -170,7 +171,7 @@ class SchedulerApp:
             self._watch_kind(kind)
         self.synced = asyncio.Event()
         self.started_at = time.time()
-        self.elector: Any = None
+        self.elector: LeaderElector | None = None
         self._hooks: list[Callable[[], Awaitable[None]]] = []
 
     def _watch_kind(self, kind: str) -> None:
@@ -194,6 +195,11 @@ class SchedulerApp:
             q.move_all_to_active_or_backoff(del_ev, old, None)
 
         self.informers.add(kind, on_add=added, on_update=updated, on_delete=deleted)
+
+    def _may_bind(self) -> bool:
+        if not self.leading:
+            return False
+        return self.elector is None or bool(self.elector.is_leader())
 
     def _leader_elect(self) -> bool:
         if self.options.leader_elect is not None:
@@ -253,11 +259,26 @@ class SchedulerApp:
             await asyncio.gather(loop_task, return_exceptions=True)
 
     async def _run_with_election(self, stop: asyncio.Event) -> None:
-        from kscheduler.leader import LeaderElector
+        le = self.cfg.leader_election
+        # renewals get their own connections and no client-side rate limit, so a
+        # burst of binds can never delay them past the renew deadline
+        lease_kube = KubeClient(
+            self.kube.config,
+            pool_size=2,
+            stream_pool_size=1,
+            max_retries=0,
+            timeout=le.renew_deadline,
+            rate_limiter=TokenBucketRateLimiter(0, 1),
+        )
+        try:
+            await self._elect_and_lead(stop, lease_kube)
+        finally:
+            await lease_kube.close()
 
+    async def _elect_and_lead(self, stop: asyncio.Event, lease_kube: KubeClient) -> None:
         le = self.cfg.leader_election
         self.elector = LeaderElector(
-            self.kube,
+            lease_kube,
             namespace=le.resource_namespace,
             name=le.resource_name,
             identity=self.identity,

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "explain":
         from kscheduler.explain import main as explain_main
 
-        return explain_main(rest)
+        return int(explain_main(rest))
     return run_main(rest)
 
 
@@ -122,14 +122,10 @@ def run_main(argv: list[str]) -> int:
     verbosity = 0 if args.quiet else args.verbose
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
     configure(verbosity, json=json_logs)
-    try:
-        import uvloop
+    import uvloop
 
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        runner = asyncio.run
     try:
-        return int(runner(serve(cfg, registry, args)))
+        return int(uvloop.run(serve(cfg, registry, args)))
     except KeyboardInterrupt:
         return 130
 

@@ -286,7 +286,7 @@ class LeaderElector:
             except Exception as exc:
                 self._note_error(exc)
         try:
-            lease = await self.kube.get_json(self._path)
+            record = self._observe(await self.kube.get_json(self._path))
         except ApiError as exc:
             if not exc.is_not_found:
                 self._note_error(exc)
@@ -295,7 +295,6 @@ class LeaderElector:
         except Exception as exc:
             self._note_error(exc)
             return False
-        record = self._observe(lease)
         if (
             record.holder_identity
             and record.holder_identity != self.identity

@@ -243,7 +243,7 @@ class Metrics:
     def attach(self, app: SchedulerApp) -> None:
         """Observe ``app``'s queue and frameworks and export its state gauges."""
         self._app = app
-        app.queue._obs = self.queue_observer()
+        app.queue.observer = self.queue_observer()
         for profile, fwk in app.frameworks.items():
             fwk.observer = self.framework_observer(profile)
 

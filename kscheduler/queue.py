@@ -83,7 +83,7 @@ class SchedulingQueue:
         self.max_backoff = max_backoff
         self.unschedulable_timeout = unschedulable_timeout
         self._clock = clock
-        self._obs = observer or QueueObserver()
+        self.observer = observer or QueueObserver()
         self._seq = itertools.count()
         self._active: list[tuple[Any, int, QueuedPodInfo]] = []
         self._active_uids: dict[str, QueuedPodInfo] = {}
@@ -140,18 +140,18 @@ class SchedulingQueue:
     def _push_active(self, qp: QueuedPodInfo, event: str) -> None:
         heapq.heappush(self._active, (self._sort_key(qp), next(self._seq), qp))
         self._active_uids[qp.pod.uid] = qp
-        self._obs.incoming(ACTIVE, event)
+        self.observer.incoming(ACTIVE, event)
         self._wakeup.set()
 
     def _push_backoff(self, qp: QueuedPodInfo, event: str) -> None:
         heapq.heappush(self._backoff, (qp.backoff_expiry, next(self._seq), qp))
         self._backoff_uids[qp.pod.uid] = qp
-        self._obs.incoming(BACKOFF, event)
+        self.observer.incoming(BACKOFF, event)
 
     def _to_unschedulable(self, qp: QueuedPodInfo, event: str) -> None:
         self._unschedulable[qp.pod.uid] = qp
         self._unsched_since[qp.pod.uid] = self._clock()
-        self._obs.incoming(GATED if qp.gated else UNSCHEDULABLE, event)
+        self.observer.incoming(GATED if qp.gated else UNSCHEDULABLE, event)
 
     def _gate_or_activate(self, qp: QueuedPodInfo, event: str) -> None:
         """Run PreEnqueue; a gated pod waits in the unschedulable pool."""

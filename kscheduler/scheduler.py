@@ -55,17 +55,73 @@ class SchedulerObserver:
 
 
 class AttemptRecord:
-    """The last attempt's outcome per pod, kept for /debug/explain."""
+    """The last attempt's outcome per pod, kept for /debug/explain.
 
-    __slots__ = ("at", "message", "node", "result", "seconds", "status")
+    ``detail`` is what the cycle already computed, summarised: on success the
+    node counts and the chosen node's weighted score per plugin; when nothing
+    fits, the rejections grouped by plugin and reason (see :func:`fit_detail`).
+    """
 
-    def __init__(self, result: str, node: str, message: str, seconds: float) -> None:
+    __slots__ = ("at", "detail", "message", "node", "result", "seconds", "status")
+
+    def __init__(
+        self,
+        result: str,
+        node: str,
+        message: str,
+        seconds: float,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
         self.result = result
         self.node = node
         self.message = message
         self.seconds = seconds
         self.at = time.time()
         self.status: dict[str, Any] = {}
+        self.detail = detail
+
+
+def result_detail(result: ScheduleResult) -> dict[str, Any]:
+    """The chosen node's scores, from what select_host already summed (O(feasible nodes))."""
+    out: dict[str, Any] = {
+        "evaluatedNodes": result.evaluated_nodes,
+        "feasibleNodes": result.feasible_nodes,
+    }
+    scores, totals, host = result.scores, result.totals, result.suggested_host
+    if scores is None or totals is None or host not in totals:
+        return out  # one feasible node, or the nominated node: placed without scoring
+    total = totals[host]
+    out["score"] = total
+    out["nodesWithThisScore"] = sum(1 for t in totals.values() if t == total)
+    first = next(iter(scores.values()), None)
+    if first is not None:
+        i = next(i for i, ns in enumerate(first) if ns.name == host)
+        out["scores"] = {plugin: s[i].score for plugin, s in scores.items()}
+    return out
+
+
+def fit_detail(fe: FitError) -> dict[str, Any]:
+    """Why no node fits: node counts per (plugin, code, reasons), largest first."""
+    d = fe.diagnosis
+    groups: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    statuses = d.node_to_status.statuses
+    for st in statuses.values():
+        k = (st.plugin, st.code.label, tuple(st.reasons))
+        groups[k] = groups.get(k, 0) + 1
+    absent = d.node_to_status.absent
+    rest = fe.num_all_nodes - len(statuses)
+    if absent is not None and rest > 0:
+        k = (absent.plugin, absent.code.label, tuple(absent.reasons))
+        groups[k] = groups.get(k, 0) + rest
+    rejections = [
+        {"plugin": plugin, "code": code, "reasons": list(reasons), "nodes": n}
+        for (plugin, code, reasons), n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return {
+        "nodes": fe.num_all_nodes,
+        "unschedulablePlugins": sorted(d.unschedulable_plugins),
+        "rejections": rejections,
+    }
 
 
 class Scheduler:
@@ -190,6 +246,7 @@ class Scheduler:
                 fe.diagnosis.post_filter_msg = st.message
             if res is not None and res.nominated_node_name:
                 nominated = res.nominated_node_name
+            self.observer.preemption(res.victims if res is not None else 0)
         qp.unschedulable_plugins = set(fe.diagnosis.unschedulable_plugins)
         qp.pending_plugins = set(fe.diagnosis.pending_plugins)
         self.observer.unschedulable_plugins(qp.unschedulable_plugins, fwk.profile_name)
@@ -202,6 +259,7 @@ class Scheduler:
             start,
             result=UNSCHEDULABLE,
             nominated=nominated,
+            detail=fit_detail(fe),
         )
 
     def _assume_and_bind(
@@ -236,8 +294,10 @@ class Scheduler:
             self._fail_status(fwk, qp, st, start)
             return
         self.observer.attempt(SCHEDULED, fwk.profile_name, self._clock() - start)
+        detail = result_detail(result)
         self.binds.spawn(
-            self._binding_cycle(fwk, state, qp, assumed, node, start), name=f"bind {pod.key}"
+            self._binding_cycle(fwk, state, qp, assumed, node, start, detail),
+            name=f"bind {pod.key}",
         )
 
     def _fail_status(self, fwk: Framework, qp: QueuedPodInfo, st: Status, start: float) -> None:
@@ -257,6 +317,7 @@ class Scheduler:
         assumed: PodInfo,
         node: str,
         start: float,
+        detail: dict[str, Any] | None = None,
     ) -> None:
         st: Status | None
         try:
@@ -304,7 +365,7 @@ class Scheduler:
         fwk.run_post_bind(state, assumed, node)
         initial = qp.initial_attempt_timestamp or start
         self.observer.scheduled(qp, now - initial)
-        self._record(assumed, SCHEDULED, node, "", now - start)
+        self._record(assumed, SCHEDULED, node, "", now - start, detail=detail)
         log.info(
             "bound",
             pod=assumed.key,
@@ -332,12 +393,13 @@ class Scheduler:
         nominated: str = "",
         requeue_error: bool = True,
         bind_failure: bool = False,
+        detail: dict[str, Any] | None = None,
     ) -> None:
         pod = qp.pod
         seconds = self._clock() - start
         if not bind_failure:
             self.observer.attempt(result, fwk.profile_name, seconds)
-        self._record(pod, result, "", message, seconds, status)
+        self._record(pod, result, "", message, seconds, status, detail=detail)
         log.info(
             "unschedulable" if result == UNSCHEDULABLE else "attempt failed",
             pod=pod.key,
@@ -395,8 +457,10 @@ class Scheduler:
         message: str,
         seconds: float,
         status: Status | None = None,
+        *,
+        detail: dict[str, Any] | None = None,
     ) -> None:
-        rec = AttemptRecord(result, node, message, seconds)
+        rec = AttemptRecord(result, node, message, seconds, detail)
         if status is not None:
             rec.status = {
                 "code": status.code.label,

@@ -123,7 +123,17 @@ class HealthServer:
         return _json({"nodes": nodes, "assumedPods": assumed, "podCount": c.pod_count()})
 
     async def debug_explain(self, request: web.Request) -> web.Response:
+        """The daemon's last real attempt for ?pod=NAMESPACE/NAME.
+
+        ``detail`` holds, on success, the node counts and the chosen node's
+        weighted score per plugin (``score`` is its total, ``nodesWithThisScore``
+        how many nodes tied on it); when nothing fit, ``rejections``: node counts
+        per plugin, Status code and reasons. ``kscheduler explain`` gives every
+        node's verdict and every score.
+        """
         key = request.query.get("pod", "")
+        if not key:
+            return _json({"error": "pass ?pod=NAMESPACE/NAME"}, status=400)
         rec = self.app.scheduler.last_attempts.get(key)
         if rec is None:
             return _json({"error": f"no attempt recorded for pod {key!r}"}, status=404)
@@ -134,6 +144,7 @@ class HealthServer:
                 "node": rec.node or None,
                 "message": rec.message or None,
                 "status": rec.status or None,
+                "detail": rec.detail,
                 "durationSeconds": rec.seconds,
                 "time": rec.at,
             }

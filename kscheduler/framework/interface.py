@@ -120,6 +120,8 @@ class PreFilterResult:
 @dataclass(slots=True)
 class PostFilterResult:
     nominated_node_name: str = ""
+    #: Pods removed to make room (for the preemption metrics).
+    victims: int = 0
 
 
 class NodeScore:

@@ -394,10 +394,18 @@ class Framework:
     def run_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[dict[str, list[NodeScore]], Status | None]:
-        """Per plugin: normalised, weighted scores in the order of ``nodes``."""
+        """Per plugin: normalised, weighted scores in the order of ``nodes``.
+
+        When ``state.record`` is set it also writes, under the state key
+        ``"RecordScores"``, plugin -> (raw scores, normalized scores) in that order.
+        """
         t0 = time.perf_counter()
         out: dict[str, list[NodeScore]] = {}
         skip = state.skip_score_plugins
+        record: dict[str, tuple[list[int], list[int]]] | None = None
+        if state.record:
+            record = {}
+            state.write("RecordScores", record)
         for p in self.score_plugins:
             if p.name in skip:
                 continue
@@ -409,12 +417,16 @@ class Framework:
                     if st is not None and st.code != Code.SUCCESS:
                         return out, st.with_plugin(p.name)
                     scores.append(NodeScore(ni.name, s))
+                if record is not None:
+                    record[p.name] = ([ns.score for ns in scores], [])
                 if isinstance(p, ScoreNormalizer):
                     st = p.normalize_score(state, pod, scores)
                     if st is not None and st.code != Code.SUCCESS:
                         return out, st.with_plugin(p.name)
             except Exception as exc:
                 return out, Status.as_error(exc, p.name)
+            if record is not None:
+                record[p.name][1].extend(ns.score for ns in scores)
             w = self.score_weights[p.name]
             for ns in scores:
                 if not 0 <= ns.score <= 100:
@@ -429,17 +441,27 @@ class Framework:
         return out, None
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        t0 = time.perf_counter()
+        status = None
         for p in self.reserve_plugins:
             st: Status | None = _call(p.name, p.reserve, state, pod, node_name)
             if st is not None and st.code != Code.SUCCESS:
-                return st.with_plugin(p.name)
-        return None
+                status = st.with_plugin(p.name)
+                break
+        self._observe("Reserve", status, t0)
+        return status
 
     def run_unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
         for p in reversed(self.reserve_plugins):
             _call(p.name, p.unreserve, state, pod, node_name)
 
     def run_permit(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        t0 = time.perf_counter()
+        status = self._run_permit(state, pod, node_name)
+        self._observe("Permit", status, t0)
+        return status
+
+    def _run_permit(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
         waits: dict[str, float] = {}
         for p in self.permit_plugins:
             try:
@@ -467,6 +489,12 @@ class Framework:
             self.waiting_pods.pop(pod.uid, None)
 
     async def run_pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        t0 = time.perf_counter()
+        status = await self._run_pre_bind(state, pod, node_name)
+        self._observe("PreBind", status, t0)
+        return status
+
+    async def _run_pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
         for p in self.pre_bind_plugins:
             try:
                 st = await p.pre_bind(state, pod, node_name)
@@ -495,8 +523,10 @@ class Framework:
         return status
 
     def run_post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        t0 = time.perf_counter()
         for p in self.post_bind_plugins:
             _call(p.name, p.post_bind, state, pod, node_name)
+        self._observe("PostBind", None, t0)
 
     def _observe(self, point: str, status: Status | None, t0: float) -> None:
         if self.observer is not None:

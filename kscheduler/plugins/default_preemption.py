@@ -185,13 +185,13 @@ def _parse_pdbs(raw_pdbs: Sequence[Mapping[str, Any]]) -> list[_PDB]:
             if selector is not None and selector.is_empty():
                 selector = None  # nil or empty: no pod
         allowed = status.get("disruptionsAllowed") or 0
-        disrupted = status.get("disruptedPods") or {}
+        disrupted = status.get("disruptedPods")
         out.append(
             _PDB(
                 namespace=str(meta.get("namespace") or ""),
                 selector=selector,
                 disruptions_allowed=allowed if isinstance(allowed, int) else 0,
-                disrupted_pods=frozenset(disrupted) if isinstance(disrupted, Mapping) else frozenset(),
+                disrupted_pods=frozenset(disrupted if isinstance(disrupted, Mapping) else ()),
             )
         )
     return out
@@ -380,19 +380,18 @@ class DefaultPreemption:
         """Nodes Filter rejected as Unschedulable (those not visited count as unresolvable)."""
         snapshot = self._handle.snapshot
         absent = statuses.absent
+        out: list[NodeInfo] = []
         if absent is not None and absent.code == Code.UNSCHEDULABLE:
-            out = []
             for ni in snapshot.node_infos():
                 st = statuses.get(ni.name)
                 if st is not None and st.code == Code.UNSCHEDULABLE:
                     out.append(ni)
             return out
-        out = []
         for name, st in statuses.statuses.items():
             if st.code == Code.UNSCHEDULABLE:
-                ni = snapshot.get(name)
-                if ni is not None:
-                    out.append(ni)
+                found = snapshot.get(name)
+                if found is not None:
+                    out.append(found)
         return out
 
     def find_candidates(

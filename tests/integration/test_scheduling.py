@@ -129,7 +129,9 @@ async def test_pending_pod_reported_then_bound_when_a_node_fits(
         assert node == "large"
         assert took < 15
         evs = (await rest.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"))["items"]
-        scheduled = [e for e in evs if e.get("reason") == "Scheduled"]
+        scheduled = [
+            e for e in evs if e.get("reason") == "Scheduled" and e["regarding"]["name"] == "big"
+        ]
         assert scheduled and scheduled[0]["note"] == f"Successfully assigned {namespace}/big to large"
 
 
