@@ -8,7 +8,9 @@
 # as uid/gid 65532 and writes nothing at run time, so it works with
 # readOnlyRootFilesystem: true (bytecode is compiled at build time, PYTHONDONTWRITEBYTECODE
 # stops any attempt to write more). Both stages must use the same base image: the
-# virtualenv's interpreter is a symlink to the base image's /usr/local/bin/python3.
+# virtualenv's interpreter is a symlink to the base image's /usr/local/bin/python.
+#
+# Another Python: docker build --build-arg PYTHON_IMAGE=python:3.12-slim -t kscheduler:dev .
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -52,7 +54,7 @@ RUN groupadd --system --gid 65532 kscheduler \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin kscheduler \
  && python -m compileall -q -j 0 --invalidation-mode unchecked-hash \
-      -x '/(site-packages|idlelib|tkinter|turtledemo|lib2to3|ensurepip|pydoc_data)/' \
+      -x '/(site-packages|test|tests|idlelib|tkinter|turtledemo|lib2to3|ensurepip|pydoc_data)/' \
       "$(python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"
 
 COPY --from=builder /opt/venv /opt/venv

@@ -61,3 +61,25 @@ soak: venv control-plane
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# ---- container image and kind (need a Docker engine, kind and kubectl) ----
+.PHONY: image kind-up kind-load deploy e2e-kind
+IMAGE ?= kscheduler:dev
+KIND_CLUSTER ?= kscheduler
+
+image:
+	docker build -t $(IMAGE) .
+
+kind-up:
+	kind get clusters | grep -qx '$(KIND_CLUSTER)' || kind create cluster --name $(KIND_CLUSTER)
+
+kind-load: image
+	kind load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+
+deploy:
+	kubectl apply -k deploy/
+
+# Creates its own kind cluster and deletes it afterwards; KIND_CLUSTER=name (in the
+# environment or on the command line) uses that existing cluster instead.
+e2e-kind: venv
+	$(PY) -m pytest tests/e2e -m kind -rs $(PYTEST_ARGS)

@@ -58,6 +58,8 @@ import aiohttp
 import orjson
 import yaml
 
+from bench.pyspy import Recorder
+from bench.pyspy import summarize as summarize_profile
 from bench.workloads import SIZES, WORKLOAD_NAMES, Workload, workloads
 from kscheduler.controlplane.binaries import K8S_VERSION
 from kscheduler.controlplane.builders import (
@@ -354,6 +356,7 @@ class KschedulerProcess(SchedulerProcess):
         profiler: str | None = None,
         profile_out: Path | None = None,
         extra_args: Sequence[str] = (),
+        patches: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -368,6 +371,9 @@ class KschedulerProcess(SchedulerProcess):
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.port = free_ports(1)[0]
         prefix = [sys.executable]
+        module = ["-m", "kscheduler"]
+        if patches:
+            module = ["-m", "bench.experiments", "--patches", ",".join(patches), "--"]
         if profiler == "pyinstrument":
             assert profile_out is not None
             prefix += ["-m", "pyinstrument", "-r", "html", "-o", str(profile_out)]
@@ -376,8 +382,7 @@ class KschedulerProcess(SchedulerProcess):
             prefix += ["-m", "cProfile", "-o", str(profile_out)]
         argv = [
             *prefix,
-            "-m",
-            "kscheduler",
+            *module,
             "--config",
             str(self.config_path),
             "--kubeconfig",
@@ -396,6 +401,9 @@ class KschedulerProcess(SchedulerProcess):
         ]
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # bench.experiments must be importable from the scheduler's working directory
+        repo = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
         self.proc = ManagedProcess(
             "kscheduler", argv, workdir / "kscheduler.log", env=env, cwd=workdir
         )
@@ -481,6 +489,7 @@ class Options:
     kscheduler_profiler: str | None
     kube_scheduler_verbosity: int
     kscheduler_args: list[str]
+    kscheduler_patches: list[str]
 
 
 class Bench:
@@ -535,20 +544,23 @@ class Bench:
         if kind == KUBE_SCHEDULER:
             return KubeSchedulerProcess(self.cp, qps, burst, self.opts.kube_scheduler_verbosity)
         profile_out = None
-        if self.opts.kscheduler_profiler:
+        in_process = self.opts.kscheduler_profiler in ("pyinstrument", "cprofile")
+        if in_process:
             ext = "html" if self.opts.kscheduler_profiler == "pyinstrument" else "prof"
-            profile_out = (
-                self.opts.out / f"{self.stamp}-kscheduler-{wl.name}-{throttle}.{ext}"
-            ).resolve()
+            profile_out = self.profile_path(wl, throttle, ext)
         return KschedulerProcess(
             self.cp,
             qps,
             burst,
             workdir=self.cp.workdir / "kscheduler-bench",
-            profiler=self.opts.kscheduler_profiler,
+            profiler=self.opts.kscheduler_profiler if in_process else None,
             profile_out=profile_out,
             extra_args=self.opts.kscheduler_args,
+            patches=self.opts.kscheduler_patches,
         )
+
+    def profile_path(self, wl: Workload, throttle: str, ext: str) -> Path:
+        return (self.opts.out / f"{self.stamp}-kscheduler-{wl.name}-{throttle}.{ext}").resolve()
 
     async def run_one(self, wl: Workload, kind: str, throttle: str) -> RunResult:
         qps, burst = THROTTLES[throttle]
@@ -609,6 +621,10 @@ class Bench:
             await self.admin.post(pods_path(ns), pod)
             created_at[pod["metadata"]["name"]] = time.monotonic()
 
+        spy: Recorder | None = None
+        if self.opts.kscheduler_profiler == "py-spy" and sched.kind == KSCHEDULER and pid:
+            spy = Recorder(pid, self.profile_path(wl, res.throttle, "txt"))
+            await asyncio.sleep(0.5)  # let it attach
         t0 = time.monotonic()
         creator = asyncio.create_task(run_bounded(pods, create, concurrency=CREATE_CONCURRENCY))
         last_progress = t0
@@ -654,6 +670,11 @@ class Bench:
                 with contextlib.suppress(asyncio.CancelledError):
                     res.churn_pods = await churn_task
             await watch.stop()
+            if spy is not None:
+                await asyncio.to_thread(spy.stop)
+                report = summarize_profile(spy.out, top=30)
+                spy.out.with_suffix(".summary.txt").write_text(report + "\n")
+                log(f"py-spy profile: {spy.out} (summary: {spy.out.with_suffix('.summary.txt')})")
         end = time.monotonic()
         res.measure_seconds = end - t0
         res.cpu_seconds_measured = (cpu_seconds(pid) or cpu0) - cpu0
@@ -845,6 +866,7 @@ async def run(args: argparse.Namespace) -> int:
         kscheduler_profiler=args.kscheduler_profiler,
         kube_scheduler_verbosity=args.kube_scheduler_v,
         kscheduler_args=list(args.kscheduler_arg or []),
+        kscheduler_patches=[x for x in (args.kscheduler_patches or "").split(",") if x],
     )
     chosen = [w for w in workloads(args.size) if w.name in set(args.workloads)]
     throttles = list(THROTTLES) if args.throttle == "both" else [args.throttle]
@@ -863,6 +885,8 @@ async def run(args: argparse.Namespace) -> int:
         "throttles": {t: {"qps": THROTTLES[t][0], "burst": THROTTLES[t][1]} for t in throttles},
         "scheduler_names": SCHEDULER_NAMES,
         "method": "see bench/run.py",
+        "kscheduler_patches": opts.kscheduler_patches,
+        "kscheduler_args": opts.kscheduler_args,
     }
 
     def write() -> None:
@@ -948,7 +972,18 @@ def main(argv: list[str] | None = None) -> int:
         help="give up when no pod was bound for this long after all were created",
     )
     p.add_argument("--max-seconds", type=float, default=1800.0, help="cap per measured phase")
-    p.add_argument("--kscheduler-profiler", choices=("pyinstrument", "cprofile"), default=None)
+    p.add_argument(
+        "--kscheduler-profiler",
+        choices=("py-spy", "pyinstrument", "cprofile"),
+        default=None,
+        help="py-spy samples the running process from outside (no slowdown); "
+        "pyinstrument and cprofile run inside it and slow it down",
+    )
+    p.add_argument(
+        "--kscheduler-patches",
+        metavar="A,B",
+        help="run kscheduler with these bench.experiments patches applied",
+    )
     p.add_argument("--kube-scheduler-v", type=int, default=2, help="kube-scheduler --v")
     p.add_argument("--kscheduler-arg", action="append", metavar="ARG", help="extra kscheduler flag")
     args = p.parse_args(argv)

@@ -1,15 +1,24 @@
 """Placing one pod: PreFilter -> Filter (sampled) -> PreScore/Score -> pick a host.
 
-Pure and synchronous (no awaits), so the cache cannot change while it runs.
+Pure and synchronous (no awaits), so the cache cannot change while it runs. With
+HTTP extenders configured, :meth:`Algorithm.schedule_pod_with_extenders` awaits
+them between Filter and Score and re-checks the nodes that changed meanwhile.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kscheduler.extender import (
+    EXTENDER_NAME,
+    ExtenderError,
+    HTTPExtender,
+    find_nodes_that_pass_extenders,
+    prioritize_with_extenders,
+)
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.interface import NodeScore, NodeToStatus, SharedLister
 from kscheduler.framework.runtime import Framework, go_list
@@ -17,6 +26,7 @@ from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import NodeInfo, PodInfo
 
 NO_NODES_MSG = "no nodes available to schedule pods"
+NODE_GONE_MSG = "node(s) were deleted while the extenders were consulted"
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 
@@ -60,9 +70,8 @@ class FitError(Exception):
             if hist:
                 msg += f" {', '.join(hist)}."
         if self.diagnosis.post_filter_msg:
+            # upstream appends the PostFilter message as it is (preemption ends its own with ".")
             msg += f" {self.diagnosis.post_filter_msg}"
-            if not msg.endswith("."):
-                msg += "."
         return msg
 
 
@@ -152,6 +161,7 @@ class Algorithm:
         *,
         record: FilterRecord | None = None,
         sample: bool = True,
+        try_nominated: bool = True,
     ) -> tuple[list[NodeInfo], Diagnosis]:
         all_nodes = snapshot.node_infos()
         diagnosis = Diagnosis()
@@ -167,7 +177,7 @@ class Algorithm:
             return [], diagnosis
 
         nominated = pod.nominated_node_name
-        if nominated and record is None:
+        if nominated and record is None and try_nominated:
             ni = snapshot.get(nominated)
             if ni is not None and (
                 result is None or result.node_names is None or nominated in result.node_names
@@ -259,3 +269,156 @@ class Algorithm:
                 if rnd(ties) == 0:
                     chosen = ni.name
         return chosen, {ni.name: totals[i] for i, ni in enumerate(nodes)}
+
+    # ---- with extenders -------------------------------------------------------------------------
+    async def schedule_pod_with_extenders(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        snapshot: SharedLister,
+        extenders: Sequence[HTTPExtender],
+        *,
+        refresh: Callable[[], None] | None = None,
+        record: FilterRecord | None = None,
+        sample: bool = True,
+    ) -> ScheduleResult:
+        """schedule_pod with HTTP extenders: they filter the feasible nodes after the
+        Filter plugins and add their scores to the plugins' (upstream's order).
+
+        The extender calls are awaited, so the cache may change under the cycle; then
+        ``refresh`` (the snapshot's update) is called and every feasible node that
+        changed is filtered again before scoring, which runs without awaiting.
+        """
+        nodes = snapshot.node_infos()
+        if not nodes:
+            raise FitError(pod, 0, Diagnosis(pre_filter_msg=NO_NODES_MSG))
+        feasible, diagnosis = self.find_nodes_that_fit(
+            fwk, state, pod, snapshot, record=record, sample=sample
+        )
+        feasible = await self._pass_extenders(
+            fwk, state, pod, snapshot, extenders, feasible, diagnosis, refresh, record
+        )
+        if not feasible and pod.nominated_node_name and record is None:
+            # the nominated node did not pass the extenders: search all nodes (upstream)
+            feasible, diagnosis = self.find_nodes_that_fit(
+                fwk, state, pod, snapshot, sample=sample, try_nominated=False
+            )
+            feasible = await self._pass_extenders(
+                fwk, state, pod, snapshot, extenders, feasible, diagnosis, refresh, record
+            )
+        if not feasible:
+            raise _extender_fit_error(pod, len(nodes), diagnosis)
+        evaluated = len(feasible) + len(diagnosis.node_to_status.statuses)
+        if len(feasible) == 1 and record is None:
+            return ScheduleResult(feasible[0].name, evaluated, 1)
+        generations = [ni.generation for ni in feasible]
+        extender_scores = await prioritize_with_extenders(extenders, pod, feasible)
+        by_node = {
+            name: {ns.name: ns.score for ns in scores} for name, scores in extender_scores.items()
+        }
+        if extender_scores:
+            feasible = self._recheck(
+                fwk, state, pod, snapshot, feasible, generations, diagnosis, refresh
+            )
+            if not feasible:
+                raise _extender_fit_error(pod, len(nodes), diagnosis)
+        scores = self.prioritize(fwk, state, pod, feasible)
+        for name, per_node in by_node.items():
+            scores[name] = [NodeScore(ni.name, per_node.get(ni.name, 0)) for ni in feasible]
+        host, totals = self.select_host(feasible, scores)
+        if record is not None:
+            record.scores = scores
+            record.totals = totals
+        return ScheduleResult(host, evaluated, len(feasible), scores, totals)
+
+    async def _pass_extenders(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        snapshot: SharedLister,
+        extenders: Sequence[HTTPExtender],
+        feasible: list[NodeInfo],
+        diagnosis: Diagnosis,
+        refresh: Callable[[], None] | None,
+        record: FilterRecord | None,
+    ) -> list[NodeInfo]:
+        if not feasible or not any(e.filter_verb and e.is_interested(pod) for e in extenders):
+            return feasible
+        generations = [ni.generation for ni in feasible]
+        statuses = diagnosis.node_to_status.statuses
+        before = len(statuses)
+        try:
+            passed = await find_nodes_that_pass_extenders(
+                extenders, pod, feasible, diagnosis.node_to_status
+            )
+        except ExtenderError as exc:
+            raise ScheduleError(Status.as_error(str(exc), EXTENDER_NAME)) from exc
+        if len(passed) != len(feasible):
+            diagnosis.unschedulable_plugins.add(EXTENDER_NAME)
+        if record is not None:
+            kept = {ni.name for ni in passed}
+            record.feasible = [n for n in record.feasible if n in kept]
+            for name in list(statuses)[before:]:
+                record.statuses[name] = statuses[name]
+        kept_generations = dict(zip((ni.name for ni in feasible), generations, strict=True))
+        return self._recheck(
+            fwk,
+            state,
+            pod,
+            snapshot,
+            passed,
+            [kept_generations[ni.name] for ni in passed],
+            diagnosis,
+            refresh,
+        )
+
+    def _recheck(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        snapshot: SharedLister,
+        feasible: list[NodeInfo],
+        generations: list[int],
+        diagnosis: Diagnosis,
+        refresh: Callable[[], None] | None,
+    ) -> list[NodeInfo]:
+        """After an await: filter again the nodes whose NodeInfo changed or went away."""
+        if all(
+            snapshot.get(ni.name) is ni and ni.generation == g
+            for ni, g in zip(feasible, generations, strict=True)
+        ):
+            return feasible
+        if refresh is not None:
+            refresh()
+        statuses = diagnosis.node_to_status.statuses
+        out: list[NodeInfo] = []
+        for ni, g in zip(feasible, generations, strict=True):
+            current = snapshot.get(ni.name)
+            if current is ni and ni.generation == g:
+                out.append(ni)
+                continue
+            if current is None:
+                statuses[ni.name] = Status.unresolvable(NODE_GONE_MSG)
+                continue
+            st = fwk.run_filter_with_nominated_pods(state, pod, current)
+            if st is None:
+                out.append(current)
+            elif st.code == Code.ERROR:
+                raise ScheduleError(st)
+            else:
+                statuses[ni.name] = st
+                if st.plugin:
+                    diagnosis.unschedulable_plugins.add(st.plugin)
+        return out
+
+
+def _extender_fit_error(pod: PodInfo, num_all_nodes: int, diagnosis: Diagnosis) -> FitError:
+    """Extenders register for no cluster events: when one rejected nodes, any event
+    may help, so the pod is left with no rejecting plugins (upstream registers every
+    event for them)."""
+    if EXTENDER_NAME in diagnosis.unschedulable_plugins:
+        diagnosis.unschedulable_plugins.clear()
+    return FitError(pod, num_all_nodes, diagnosis)

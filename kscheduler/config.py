@@ -153,8 +153,9 @@ DEFAULT_MULTI_POINT: tuple[PluginRef, ...] = (
     PluginRef("DefaultBinder"),
 )
 """kube-scheduler's default profile (default_plugins.go), in order, with score
-weights. Upstream also lists the removed in-tree volume-limit plugins and, behind a
-feature gate, DynamicResources; kscheduler does not."""
+weights. DynamicResources sits right before DefaultPreemption, as upstream inserts
+it when its feature gate is on (the default since 1.34). Upstream's list also
+names the removed in-tree volume-limit plugins; kscheduler does not."""
 
 DEFAULT_PLUGIN_NAMES: frozenset[str] = frozenset(p.name for p in DEFAULT_MULTI_POINT)
 

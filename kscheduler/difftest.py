@@ -203,74 +203,34 @@ class _Fields:
         return value
 
 
-_SCENARIO_KEYS = (
-    "name",
-    "description",
-    "config",
-    "priorityClasses",
-    "namespaces",
-    "nodes",
-    "objects",
-    "existingPods",
-    "pods",
-    "expect",
-    "knownDifference",
-    "schedulerStartsAfterPods",
-    "settleSeconds",
-    "timeoutSeconds",
+def _keys(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_SCENARIO_KEYS = _keys(
+    """
+    name description config priorityClasses namespaces nodes objects existingPods pods expect
+    knownDifference schedulerStartsAfterPods settleSeconds timeoutSeconds
+    """
 )
-_NODE_KEYS = (
-    "name",
-    "count",
-    "cpu",
-    "memory",
-    "pods",
-    "labels",
-    "annotations",
-    "taints",
-    "images",
-    "unschedulable",
-    "extended",
-    "ephemeralStorage",
-    "allocatable",
-    "ready",
+_NODE_KEYS = _keys(
+    """
+    name count cpu memory pods labels annotations taints images unschedulable extended
+    ephemeralStorage allocatable ready
+    """
 )
-_POD_KEYS = (
-    "name",
-    "namespace",
-    "count",
-    "cpu",
-    "memory",
-    "ephemeralStorage",
-    "extended",
-    "labels",
-    "annotations",
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "topologySpreadConstraints",
-    "priorityClassName",
-    "hostPort",
-    "hostPorts",
-    "image",
-    "images",
-    "containers",
-    "initContainers",
-    "volumes",
-    "pvcs",
-    "schedulingGates",
-    "nodeName",
-    "terminationGracePeriodSeconds",
-    "spec",
+_POD_KEYS = _keys(
+    """
+    name namespace count cpu memory ephemeralStorage extended labels annotations nodeSelector
+    tolerations affinity topologySpreadConstraints priorityClassName hostPort hostPorts image
+    images containers initContainers volumes pvcs schedulingGates nodeName
+    terminationGracePeriodSeconds spec
+    """
 )
-_EXPECT_KEYS = (
-    "bound",
-    "node",
-    "sameNode",
-    "message",
-    "messageContains",
-    "messageMayDiffer",
-    "victims",
+_EXPECT_KEYS = _keys(
+    """
+    bound node sameNode message messageContains messageMayDiffer victims
+    """
 )
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -532,7 +492,7 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 
 def _pods(raw: Any, where: str, *, existing: bool) -> list[JSON]:
-    keys = (*_POD_KEYS, "node") if existing else _POD_KEYS
+    keys = _POD_KEYS | {"node"} if existing else _POD_KEYS
     out = []
     for body in _copies(raw, where):
         f = _Fields(body, where, keys)
@@ -1188,15 +1148,19 @@ def format_result(result: ScenarioResult, *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def format_report(results: Sequence[ScenarioResult], *, verbose: bool = False) -> str:
-    parts = [format_result(r, verbose=verbose) for r in results]
+def format_summary(results: Sequence[ScenarioResult]) -> str:
+    """One line: how many scenarios, how long, how many of each status."""
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     total = sum(r.seconds for r in results)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    parts.append(f"--- {len(results)} scenario(s) in {total:.1f}s: {summary}")
-    return "\n".join(parts)
+    return f"--- {len(results)} scenario(s) in {total:.1f}s: {summary}"
+
+
+def format_report(results: Sequence[ScenarioResult], *, verbose: bool = False) -> str:
+    parts = [format_result(r, verbose=verbose) for r in results]
+    return "\n".join([*parts, format_summary(results)])
 
 
 # --------------------------------------------------------------------------- CLI
@@ -1211,13 +1175,7 @@ async def _main_async(files: Sequence[Path], verbose: bool) -> int:
             result = await runner.run(scenario)
             results.append(result)
             print(format_result(result, verbose=verbose), flush=True)
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    print(
-        f"--- {len(results)} scenario(s) in {sum(r.seconds for r in results):.1f}s: "
-        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    )
+    print(format_summary(results))
     return 1 if any(r.failed for r in results) else 0
 
 

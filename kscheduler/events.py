@@ -138,6 +138,18 @@ class Broadcaster:
             log.warning("events not sent before shutdown", pending=self._queue.qsize())
 
 
+def _reference(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "namespace": meta.get("namespace") or "default",
+        "name": meta.get("name") or "",
+        "uid": meta.get("uid") or "",
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
+
+
 class Recorder:
     """EventRecorder for one profile: reportingController is the scheduler name."""
 
@@ -146,7 +158,13 @@ class Recorder:
         self.controller = controller
 
     def event(
-        self, obj: Mapping[str, Any], type_: str, reason: str, action: str, note: str
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: Mapping[str, Any] | None = None,
     ) -> None:
         meta = obj.get("metadata") or {}
         ns = meta.get("namespace") or "default"
@@ -165,14 +183,9 @@ class Recorder:
             "reason": reason,
             "note": note,
             "type": type_,
-            "regarding": {
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "kind": obj.get("kind", "Pod"),
-                "namespace": ns,
-                "name": name,
-                "uid": uid,
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
+            "regarding": _reference(obj),
         }
+        if related is not None:
+            body["related"] = _reference(related)
         key = (uid, ns, name, type_, reason, action, note, self.controller)
         self._b._submit(key, body)

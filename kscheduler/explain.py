@@ -32,8 +32,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,8 @@ from kscheduler.framework.types import PodInfo
 from kscheduler.kube import ApiError, KubeClient, Params
 
 DEFAULT_LIMIT = 20
+#: Prose is wrapped at this width; tables and the FailedScheduling message are not.
+WIDTH = 100
 
 #: Short column headers for the in-tree score plugins (the legend names them in full).
 SHORT_NAMES = {
@@ -289,10 +293,10 @@ async def evaluate(
         if fwk.post_filter_plugins:
             # as the daemon's failure handler does, over a client that writes nothing
             start = len(writes) if writes is not None else 0
-            res, st = await fwk.run_post_filter(state, pod, diagnosis.node_to_status)
-            ex.post_filter = st
-            if st is not None and st.message:
-                fe.diagnosis.post_filter_msg = st.message
+            res, pf = await fwk.run_post_filter(state, pod, diagnosis.node_to_status)
+            ex.post_filter = pf
+            if pf is not None and pf.message:
+                fe.diagnosis.post_filter_msg = pf.message
             if res is not None and res.nominated_node_name:
                 ex.post_filter_nominated = res.nominated_node_name
             if writes is not None:
@@ -391,7 +395,10 @@ async def explain_pod(
     app.cache.remove_pod(pod.uid)
     app.queue.delete(pod.uid)
     if bound:
-        pod = pod.with_node("")
+        # as if unscheduled: the pod as it was before binding (spec.nodeName unset)
+        raw = copy.deepcopy(raw)
+        raw["spec"].pop("nodeName", None)
+        pod = parse_pod(raw)
     app.snapshot.update()
     return await evaluate(
         fwk, app.algorithm, app.snapshot, pod, bound_node=bound, writes=kube.writes
@@ -558,23 +565,39 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _wrap(text: str, indent: str = "") -> list[str]:
+    """Prose wrapped at WIDTH columns; continuation lines indented two more."""
+    return textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
 def render_table(ex: Explanation, limit: int | None = DEFAULT_LIMIT) -> str:
     """The person-readable form: summary, answer, feasible and rejected nodes."""
     out: list[str] = []
     state = f"bound to {ex.bound_node}" if ex.bound_node else "pending"
     out.append(f"Pod {ex.pod} (profile {ex.profile}): {state}")
     if ex.bound_node:
-        out.append(f"  Evaluated as if unscheduled, without the pod itself on {ex.bound_node}.")
+        out += _wrap(
+            f"Evaluated as if unscheduled, without the pod itself on {ex.bound_node}.", "  "
+        )
     if ex.deleting:
         out.append("  The pod is being deleted: the daemon skips it.")
     if ex.pre_enqueue is not None:
-        out.append(
-            f"  PreEnqueue {ex.pre_enqueue.plugin}: {ex.pre_enqueue.message or ex.pre_enqueue}"
-            " -- the daemon does not attempt the pod until that changes."
+        pe = ex.pre_enqueue
+        out += _wrap(
+            f"PreEnqueue {pe.plugin}: {pe.message or pe} -- the daemon does not attempt the "
+            "pod until that changes.",
+            "  ",
         )
     if ex.error is not None:
         who = f" (plugin {ex.error.plugin})" if ex.error.plugin else ""
-        out.append(f"Error{who}: {ex.error.message}")
+        out += _wrap(f"Error{who}: {ex.error.message}")
         out.append("  The daemon reports this as SchedulerError and retries after a backoff.")
         return "\n".join(out) + "\n"
     feasible = ex.feasible
@@ -583,7 +606,7 @@ def render_table(ex: Explanation, limit: int | None = DEFAULT_LIMIT) -> str:
         f"{ex.num_nodes - len(feasible)} rejected (dry run: nothing was written)."
     )
     out.append("")
-    out.extend(_answer(ex))
+    out += _answer(ex)
     rows = shown(ex, limit)
     shown_feasible = [v for v in rows if v.feasible]
     if shown_feasible:
@@ -600,7 +623,7 @@ def render_table(ex: Explanation, limit: int | None = DEFAULT_LIMIT) -> str:
                 s = v.scores.get(p)
                 cells.append(s.cell() if s is not None else "-")
             body.append(cells)
-        out.extend(_table(header, body, right={0, 2}))
+        out += _table(header, body, right={0, 2})
     shown_rejected = [v for v in rows if not v.feasible]
     if shown_rejected:
         out.append("")
@@ -613,25 +636,31 @@ def render_table(ex: Explanation, limit: int | None = DEFAULT_LIMIT) -> str:
             if v.stage != "Filter":
                 plugin += f" ({v.stage})"
             body.append([v.node, plugin, st.code.label, st.message])
-        out.extend(_table(["NODE", "PLUGIN", "CODE", "REASON"], body, right=set()))
+        out += _table(["NODE", "PLUGIN", "CODE", "REASON"], body, right=set())
     hidden = len(ex.verdicts) - len(rows)
     if hidden > 0:
         out.append("")
-        out.extend(_hidden_summary(ex, rows, hidden))
-    legend = [f"{_short(p)} = {p} (weight {w})" for p, w in ex.score_plugins]
-    if legend and shown_feasible:
+        out += _hidden_summary(ex, rows, hidden)
+    if ex.score_plugins and shown_feasible:
         out.append("")
-        out.append("Score plugins: " + "; ".join(legend) + ".")
+        out.append("Score plugins:")
+        width = max(len(_short(p)) for p, _ in ex.score_plugins)
+        out += [f"  {_short(p).ljust(width)}  {p}, weight {w}" for p, w in ex.score_plugins]
+    notes: list[str] = []
     if ex.skipped_score_plugins and shown_feasible:
-        out.append(
+        notes.append(
             "Skipped at PreScore (nothing to score for this pod): "
             + ", ".join(ex.skipped_score_plugins)
             + "."
         )
     if ex.pre_filter_narrowed_by:
-        out.append(
+        notes.append(
             "PreFilter limited the nodes to evaluate: " + ", ".join(ex.pre_filter_narrowed_by) + "."
         )
+    if notes:
+        out.append("")
+        for n in notes:
+            out += _wrap(n)
     return "\n".join(out) + "\n"
 
 
@@ -639,13 +668,13 @@ def _answer(ex: Explanation) -> list[str]:
     out: list[str] = []
     if ex.fit_error:
         out.append("No node fits. The daemon reports (FailedScheduling event, PodScheduled=False):")
-        out.append(f"  {ex.fit_error}")
+        out.append(f"  {ex.fit_error}")  # one line, as on the pod
         if ex.post_filter_plugins:
-            out.extend(_post_filter_lines(ex))
+            out += _post_filter_lines(ex)
         return out
     by_name = {v.node: v for v in ex.verdicts}
     if ex.why == "nominated":
-        out.append(
+        out += _wrap(
             f"Would choose: {ex.would_choose} -- the pod's nominated node passes Filter, and "
             "the daemon places a pod on its nominated node without scoring."
         )
@@ -659,20 +688,21 @@ def _answer(ex: Explanation) -> list[str]:
         line = f"Would choose: {ex.would_choose} -- best total {ex.best_total}"
         if others:
             line += f", ahead of {others[0].node} ({others[0].total})"
-        out.append(line + ".")
+        out += _wrap(line + ".")
     elif ex.why == "tie":
         names = ex.best_nodes
         listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        out.append(
+        out += _wrap(
             f"Tie: {len(names)} nodes share the best total {ex.best_total} ({listed}); "
             "the daemon picks one of them at random."
         )
     if ex.sampled and ex.why != "nominated":
-        out.append(
-            f"  On this cluster the daemon stops filtering once it has found "
+        out += _wrap(
+            f"On this cluster the daemon stops filtering once it has found "
             f"{ex.feasible_to_find} feasible nodes of the {ex.candidates} it filters, "
             "starting where its previous attempt stopped, and scores only those: it may "
-            "choose a lower-ranked node than the best shown here."
+            "choose a lower-ranked node than the best shown here.",
+            "  ",
         )
     if ex.nominated_node and ex.why != "nominated":
         v = by_name.get(ex.nominated_node)
@@ -683,7 +713,7 @@ def _answer(ex: Explanation) -> list[str]:
             if v.status is not None
             else "passes"
         )
-        out.append(f"  The pod is nominated to {ex.nominated_node}, which {why}.")
+        out += _wrap(f"The pod is nominated to {ex.nominated_node}, which {why}.", "  ")
     return out
 
 
@@ -691,14 +721,16 @@ def _post_filter_lines(ex: Explanation) -> list[str]:
     names = ", ".join(ex.post_filter_plugins)
     st = ex.post_filter
     if st is None:
-        ev = ex.evictions
-        line = f"  PostFilter ({names}, dry run): would make room"
+        line = f"PostFilter ({names}, dry run) would make room"
         if ex.post_filter_nominated:
             line += f" on {ex.post_filter_nominated}"
-        if ev:
-            line += f" by evicting {', '.join(ev)}"
-        return [line + "; nothing was evicted. The daemon then retries the pod."]
-    return [f"  PostFilter ({names}, dry run): {st.message or st.code.label}."]
+        if ex.evictions:
+            line += f" by evicting {', '.join(ex.evictions)}"
+        return _wrap(line + " (nothing was evicted); the daemon then retries the pod.", "  ")
+    if st.code == Code.ERROR:
+        who = f" {st.plugin}" if st.plugin else ""
+        return _wrap(f"PostFilter{who} failed (dry run): {st.message}", "  ")
+    return []  # its verdict is the end of the message above
 
 
 def _hidden_summary(ex: Explanation, rows: Sequence[NodeVerdict], hidden: int) -> list[str]:

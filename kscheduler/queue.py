@@ -176,10 +176,20 @@ class SchedulingQueue:
         self._add_nominated(pod)
         self._gate_or_activate(qp, EVENT_POD_ADD.label)
 
+    def _current(self, uid: str) -> PodInfo | None:
+        qp = (
+            self._active_uids.get(uid)
+            or self._backoff_uids.get(uid)
+            or self._unschedulable.get(uid)
+        )
+        if qp is None and uid in self._in_flight:
+            qp = self._in_flight[uid].qp
+        return qp.pod if qp is not None else None
+
     def update(self, pod: PodInfo) -> None:
         """An update of an unscheduled pod."""
         uid = pod.uid
-        self._update_nominated(pod)
+        self._update_nominated(self._current(uid), pod)
         if uid in self._in_flight:
             self._in_flight[uid].qp.pod = pod
             self._record_event(EVENT_POD_UPDATE, None, pod)
@@ -395,13 +405,16 @@ class SchedulingQueue:
         self._nominated.setdefault(node, {})[pod.uid] = pod
         self._nominated_by_uid[pod.uid] = node
 
-    def _update_nominated(self, pod: PodInfo) -> None:
+    def _update_nominated(self, old: PodInfo | None, pod: PodInfo) -> None:
         if pod.nominated_node_name:
             self._add_nominated(pod)
         elif pod.uid in self._nominated_by_uid:
-            # keep a nomination the scheduler made until the server reflects it or clears it
-            node = self._nominated_by_uid[pod.uid]
-            self._nominated[node][pod.uid] = pod
+            if old is not None and old.nominated_node_name:
+                self._delete_nominated(pod.uid)  # the server's nomination was cleared
+            else:
+                # a nomination this scheduler made, not yet written back: keep it
+                node = self._nominated_by_uid[pod.uid]
+                self._nominated[node][pod.uid] = pod
 
     def _delete_nominated(self, uid: str) -> None:
         node = self._nominated_by_uid.pop(uid, None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -18,6 +18,7 @@ from kscheduler.algorithm import Algorithm, FitError, ScheduleError, ScheduleRes
 from kscheduler.binder import TaskTracker
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.events import micro_time
+from kscheduler.extender import HTTPExtender, bind_with_extenders, close_extenders
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.runtime import Framework
 from kscheduler.framework.status import Code, Status
@@ -29,6 +30,11 @@ log = structlog.get_logger("kscheduler.scheduler")
 SCHEDULED = "scheduled"
 UNSCHEDULABLE = "unschedulable"
 ERROR = "error"
+
+#: CycleState key under which plugins leave the UIDs (a set) of pods to move to
+#: activeQ when the cycle ends well, e.g. the siblings of a gang member (upstream's
+#: "kubernetes.io/pods-to-activate").
+PODS_TO_ACTIVATE_KEY = "kubernetes.io/pods-to-activate"
 
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
@@ -138,8 +144,11 @@ class Scheduler:
         observer: SchedulerObserver | None = None,
         may_bind: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
+        extenders: Sequence[HTTPExtender] = (),
     ) -> None:
         self.cache = cache
+        #: HTTP extenders, shared by all profiles (see kscheduler.extender).
+        self.extenders = list(extenders)
         self.queue = queue
         self.profiles = dict(profiles)
         self.algorithm = algorithm
@@ -222,7 +231,12 @@ class Scheduler:
         state = CycleState()
         self.snapshot.update()
         try:
-            result = self.algorithm.schedule_pod(fwk, state, pod, self.snapshot)
+            if self.extenders:
+                result = await self.algorithm.schedule_pod_with_extenders(
+                    fwk, state, pod, self.snapshot, self.extenders, refresh=self.snapshot.update
+                )
+            else:
+                result = self.algorithm.schedule_pod(fwk, state, pod, self.snapshot)
         except FitError as fe:
             await self._handle_fit_error(fwk, state, qp, fe, start)
             return
@@ -237,15 +251,15 @@ class Scheduler:
         self, fwk: Framework, state: CycleState, qp: QueuedPodInfo, fe: FitError, start: float
     ) -> None:
         pod = qp.pod
-        nominated = ""
+        nominated: str | None = None  # None: leave the nomination as it is
         if fwk.post_filter_plugins and fe.num_all_nodes > 0:
             res, st = await fwk.run_post_filter(state, pod, fe.diagnosis.node_to_status)
             if st is not None and st.code == Code.ERROR:
                 log.warning("post filter failed", pod=pod.key, plugin=st.plugin, error=st.message)
             if st is not None and st.message:
                 fe.diagnosis.post_filter_msg = st.message
-            if res is not None and res.nominated_node_name:
-                nominated = res.nominated_node_name
+            if res is not None:
+                nominated = res.nominated_node_name  # "" clears a previous nomination
             self.observer.preemption(res.victims if res is not None else 0)
         qp.unschedulable_plugins = set(fe.diagnosis.unschedulable_plugins)
         qp.pending_plugins = set(fe.diagnosis.pending_plugins)
@@ -299,6 +313,13 @@ class Scheduler:
             self._binding_cycle(fwk, state, qp, assumed, node, start, detail),
             name=f"bind {pod.key}",
         )
+        self._activate_pods(state)
+
+    def _activate_pods(self, state: CycleState) -> None:
+        uids = state.get(PODS_TO_ACTIVATE_KEY)
+        if uids:
+            self.queue.activate(list(uids))
+            uids.clear()
 
     def _fail_status(self, fwk: Framework, qp: QueuedPodInfo, st: Status, start: float) -> None:
         if st.is_rejection():
@@ -327,7 +348,7 @@ class Scheduler:
             if st is None and not self.may_bind():
                 st = Status.as_error("not binding: this replica is no longer the leader")
             if st is None:
-                st = await fwk.run_bind(state, assumed, node)
+                st = await self._bind(fwk, state, assumed, node)
         except asyncio.CancelledError:
             fwk.run_unreserve(state, assumed, node)
             self.cache.forget(assumed.uid)
@@ -354,6 +375,7 @@ class Scheduler:
             return
         self.cache.finish_binding(assumed.uid)
         self.queue.done(assumed.uid)
+        self._activate_pods(state)
         now = self._clock()
         fwk.recorder.event(
             qp.pod.raw,
@@ -374,6 +396,16 @@ class Scheduler:
             duration_ms=round((now - start) * 1000, 2),
         )
 
+    async def _bind(
+        self, fwk: Framework, state: CycleState, pod: PodInfo, node: str
+    ) -> Status | None:
+        """An interested binding extender binds instead of the bind plugins."""
+        if self.extenders:
+            taken, st = await bind_with_extenders(self.extenders, pod, node)
+            if taken:
+                return st
+        return await fwk.run_bind(state, pod, node)
+
     def _requeue_cancelled(self, qp: QueuedPodInfo) -> None:
         if self.queue.is_in_flight(qp.pod.uid):
             qp.attempts = max(qp.attempts - 1, 0)  # not the pod's fault
@@ -390,7 +422,7 @@ class Scheduler:
         start: float,
         *,
         result: str,
-        nominated: str = "",
+        nominated: str | None = None,
         requeue_error: bool = True,
         bind_failure: bool = False,
         detail: dict[str, Any] | None = None,
@@ -410,13 +442,15 @@ class Scheduler:
         )
         if not self.queue.is_in_flight(pod.uid):
             return  # deleted or bound meanwhile: nothing to report
-        if nominated:
+        if nominated is not None:
             self.queue.nominate(pod, nominated)
         self.queue.add_unschedulable_if_not_present(qp, error=(result == ERROR and requeue_error))
         fwk.recorder.event(pod.raw, "Warning", "FailedScheduling", "Scheduling", message)
         self._patch_condition(pod, reason, message, nominated)
 
-    def _patch_condition(self, pod: PodInfo, reason: str, message: str, nominated: str) -> None:
+    def _patch_condition(
+        self, pod: PodInfo, reason: str, message: str, nominated: str | None
+    ) -> None:
         current = _pod_scheduled_condition(pod.raw)
         status_patch: dict[str, Any] = {}
         if (
@@ -435,8 +469,8 @@ class Scheduler:
                     "lastTransitionTime": micro_time()[:19] + "Z",
                 }
             ]
-        if nominated and nominated != pod.nominated_node_name:
-            status_patch["nominatedNodeName"] = nominated
+        if nominated is not None and nominated != pod.nominated_node_name:
+            status_patch["nominatedNodeName"] = nominated or None
         if not status_patch:
             return
         self.writes.spawn(
@@ -481,6 +515,7 @@ class Scheduler:
         self.queue.close()
         cut = await self.binds.drain(timeout)
         await self.writes.drain(min(timeout, 5.0))
+        await close_extenders(self.extenders)
         return cut
 
 

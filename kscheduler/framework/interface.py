@@ -303,7 +303,13 @@ class ClusterClient(Protocol):
 
 class EventRecorder(Protocol):
     def event(
-        self, obj: Mapping[str, Any], type_: str, reason: str, action: str, note: str
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: Mapping[str, Any] | None = None,
     ) -> None: ...
 
 

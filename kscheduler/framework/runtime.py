@@ -257,24 +257,40 @@ class Framework:
             try:
                 r, st = p.pre_filter(state, pod, nodes)
             except Exception as exc:  # a plugin bug must not take the loop down
-                status = Status.as_error(exc, p.name)
+                status = Status.as_error(f'running PreFilter plugin "{p.name}": {exc}', p.name)
+                status.error = exc
                 break
             if st is not None and st.code == Code.SKIP:
                 state.skip_filter_plugins.add(p.name)
                 continue
             if st is not None and st.code != Code.SUCCESS:
                 st.with_plugin(p.name)
-                if st.is_rejection():
+                if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    # preemption cannot help: no need to run the other PreFilters
                     rejecting.add(p.name)
-                status = st
+                    status = st
+                    break
+                if st.code in (Code.UNSCHEDULABLE, Code.PENDING):
+                    # preemption may help later in this cycle: every PreFilter must run
+                    rejecting.add(p.name)
+                    if status is None:
+                        status = st
+                    continue
+                status = Status.as_error(
+                    f'running PreFilter plugin "{p.name}": {st.message}', p.name
+                )
                 break
             if r is not None and r.node_names is not None:
                 narrowing.append(p.name)
                 result = r if result is None else result.merge(r)
                 if not result.node_names:
-                    status = Status.unresolvable(
-                        "node(s) didn't satisfy plugin(s) " + go_list(sorted(narrowing))
-                    )
+                    if len(narrowing) == 1:
+                        msg = f"node(s) didn't satisfy plugin {narrowing[0]}"
+                    else:
+                        msg = (
+                            f"node(s) didn't satisfy plugin(s) {go_list(narrowing)} simultaneously"
+                        )
+                    status = Status.unresolvable(msg)
                     rejecting.update(narrowing)
                     break
         self._observe("PreFilter", status, t0)
@@ -354,7 +370,8 @@ class Framework:
         t0 = time.perf_counter()
         reasons: list[str] = []
         result: PostFilterResult | None = None
-        final: Status | None = Status.unschedulable()
+        rejector = ""
+        final: Status | None = None
         for p in self.post_filter_plugins:
             try:
                 r, st = await p.post_filter(state, pod, statuses)
@@ -364,13 +381,18 @@ class Framework:
             if st is None or st.code == Code.SUCCESS:
                 result, final = r, None
                 break
-            st.with_plugin(p.name)
-            if st.code == Code.ERROR:
-                final = st
+            if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                result, final = r, st.with_plugin(p.name)
                 break
+            if not st.is_rejection():
+                result, final = None, Status(Code.ERROR, list(st.reasons), p.name, st.error)
+                break
+            if r is not None:
+                result = r
             reasons.extend(st.reasons)
-            result = r
-            final = Status(st.code if st.code != Code.SKIP else Code.UNSCHEDULABLE, reasons, p.name)
+            rejector = rejector or p.name
+        else:
+            final = Status(Code.UNSCHEDULABLE, reasons, rejector)
         self._observe("PostFilter", final, t0)
         return result, final
 

@@ -98,7 +98,7 @@ class LabelSelector:
         for k, v in self.match_labels:
             if labels.get(k) != v:
                 return False
-        for r in self.requirements:
+        for r in self.requirements:  # noqa: SIM110 - a plain loop: this is the hot path
             if not r.matches(labels):
                 return False
         return True

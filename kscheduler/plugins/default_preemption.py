@@ -350,7 +350,7 @@ class DefaultPreemption:
             if p.priority < pod.priority
         ]
         await self._prepare(best, pod, nominated)
-        return PostFilterResult(nominated_node_name=best.node_name), None
+        return PostFilterResult(nominated_node_name=best.node_name, victims=len(best.victims)), None
 
     def pod_eligible_to_preempt_others(
         self, pod: PodInfo, statuses: NodeToStatus
@@ -547,6 +547,7 @@ class DefaultPreemption:
             EVENT_REASON,
             EVENT_ACTION,
             f"Preempted by pod {preemptor.uid} on node {node_name}",
+            related=preemptor.raw,
         )
 
 

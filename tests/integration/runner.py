@@ -52,7 +52,11 @@ async def running_kscheduler(
 
 
 async def wait_for(
-    check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, interval: float = 0.2, what: str = ""
+    check: Callable[[], Awaitable[Any]],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    what: str = "",
 ) -> Any:
     """Poll ``check`` until it returns something truthy; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout

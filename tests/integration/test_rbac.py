@@ -573,7 +573,7 @@ def deployed_args(config_file: Path) -> list[str]:
 
 @contextlib.contextmanager
 def open_logs(paths: list[Path]) -> Iterator[list[TextIO]]:
-    files = [p.open("w") for p in paths]
+    files: list[TextIO] = [p.open("w") for p in paths]
     try:
         yield files
     finally:
@@ -582,8 +582,12 @@ def open_logs(paths: list[Path]) -> Iterator[list[TextIO]]:
 
 
 async def start_replica(args: list[str], port: int, log_path: Path, log: TextIO) -> Replica:
-    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
+    # the token in --kubeconfig is the only credential: no $KUBECONFIG, no in-cluster config
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+    }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

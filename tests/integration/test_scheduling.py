@@ -46,18 +46,35 @@ def requests_of(p: dict[str, Any]) -> tuple[int, int]:
 async def test_binds_our_pods_to_feasible_nodes_and_ignores_others(
     control_plane: ControlPlane, rest: RestClient, namespace: str, fresh_nodes: None
 ) -> None:
-    await create_nodes(rest, [
-        make_node("plain-1", cpu="2", memory="4Gi", labels={"disk": "hdd"}),
-        make_node("plain-2", cpu="2", memory="4Gi", labels={"disk": "ssd"}),
-        make_node("tainted", cpu="8", memory="16Gi", labels={"disk": "ssd"},
-                  taints=[taint("dedicated", "gpu")]),
-    ])
-    pods = [make_pod(f"web-{i}", namespace, cpu="500m", memory="256Mi", scheduler_name=SCHEDULER)
-            for i in range(4)]
+    await create_nodes(
+        rest,
+        [
+            make_node("plain-1", cpu="2", memory="4Gi", labels={"disk": "hdd"}),
+            make_node("plain-2", cpu="2", memory="4Gi", labels={"disk": "ssd"}),
+            make_node(
+                "tainted",
+                cpu="8",
+                memory="16Gi",
+                labels={"disk": "ssd"},
+                taints=[taint("dedicated", "gpu")],
+            ),
+        ],
+    )
+    pods = [
+        make_pod(f"web-{i}", namespace, cpu="500m", memory="256Mi", scheduler_name=SCHEDULER)
+        for i in range(4)
+    ]
     pods += [
-        make_pod("ssd", namespace, cpu="100m", scheduler_name=SCHEDULER, node_selector={"disk": "ssd"}),
-        make_pod("gpu", namespace, cpu="4", scheduler_name=SCHEDULER,
-                 tolerations=[toleration("dedicated", "gpu")]),
+        make_pod(
+            "ssd", namespace, cpu="100m", scheduler_name=SCHEDULER, node_selector={"disk": "ssd"}
+        ),
+        make_pod(
+            "gpu",
+            namespace,
+            cpu="4",
+            scheduler_name=SCHEDULER,
+            tolerations=[toleration("dedicated", "gpu")],
+        ),
         make_pod("theirs", namespace, cpu="100m", scheduler_name="someone-else"),
     ]
     async with running_kscheduler(control_plane):
@@ -85,15 +102,28 @@ async def test_binds_our_pods_to_feasible_nodes_and_ignores_others(
 async def test_pending_pod_reported_then_bound_when_a_node_fits(
     control_plane: ControlPlane, rest: RestClient, namespace: str, fresh_nodes: None
 ) -> None:
-    await create_nodes(rest, [make_node("small-1", cpu="1", memory="2Gi"),
-                              make_node("small-2", cpu="1", memory="2Gi",
-                                        taints=[taint("maintenance", None)])])
+    await create_nodes(
+        rest,
+        [
+            make_node("small-1", cpu="1", memory="2Gi"),
+            make_node("small-2", cpu="1", memory="2Gi", taints=[taint("maintenance", None)]),
+        ],
+    )
     ref = ReferenceScheduler.for_control_plane(control_plane, scheduler_name="reference-scheduler")
     async with ref, running_kscheduler(control_plane):
-        await create_pods(rest, [
-            make_pod("big", namespace, cpu="4", memory="1Gi", scheduler_name=SCHEDULER),
-            make_pod("big-ref", namespace, cpu="4", memory="1Gi", scheduler_name="reference-scheduler"),
-        ])
+        await create_pods(
+            rest,
+            [
+                make_pod("big", namespace, cpu="4", memory="1Gi", scheduler_name=SCHEDULER),
+                make_pod(
+                    "big-ref",
+                    namespace,
+                    cpu="4",
+                    memory="1Gi",
+                    scheduler_name="reference-scheduler",
+                ),
+            ],
+        )
 
         async def conditions() -> tuple[dict[str, Any], dict[str, Any]] | None:
             got = await list_pods(rest, namespace)
@@ -110,8 +140,11 @@ async def test_pending_pod_reported_then_bound_when_a_node_fits(
 
         async def failed_event() -> list[dict[str, Any]]:
             evs = (await rest.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"))["items"]
-            return [e for e in evs if e.get("reason") == "FailedScheduling"
-                    and e["regarding"]["name"] == "big"]
+            return [
+                e
+                for e in evs
+                if e.get("reason") == "FailedScheduling" and e["regarding"]["name"] == "big"
+            ]
 
         (ev, *_) = await wait_for(failed_event, what="FailedScheduling event")
         assert ev["type"] == "Warning"
@@ -124,7 +157,9 @@ async def test_pending_pod_reported_then_bound_when_a_node_fits(
         async def bound() -> str | None:
             return (await list_pods(rest, namespace))["big"]["spec"].get("nodeName")
 
-        node = await wait_for(bound, timeout=15, interval=0.05, what="the pod bound to the new node")
+        node = await wait_for(
+            bound, timeout=15, interval=0.05, what="the pod bound to the new node"
+        )
         took = time.monotonic() - added
         assert node == "large"
         assert took < 15
@@ -132,7 +167,9 @@ async def test_pending_pod_reported_then_bound_when_a_node_fits(
         scheduled = [
             e for e in evs if e.get("reason") == "Scheduled" and e["regarding"]["name"] == "big"
         ]
-        assert scheduled and scheduled[0]["note"] == f"Successfully assigned {namespace}/big to large"
+        assert (
+            scheduled and scheduled[0]["note"] == f"Successfully assigned {namespace}/big to large"
+        )
 
 
 async def test_burst_of_1000_pods_over_50_nodes_never_overcommits(
@@ -142,8 +179,13 @@ async def test_burst_of_1000_pods_over_50_nodes_never_overcommits(
     nodes = [make_node(f"burst-{i:02d}", cpu="4", memory="8Gi", pods=30) for i in range(50)]
     await create_nodes(rest, nodes)
     pods = [
-        make_pod(f"p-{i:04d}", namespace, cpu=f"{rng.choice([100, 200, 300, 500])}m",
-                 memory=f"{rng.choice([64, 128, 256, 512])}Mi", scheduler_name=SCHEDULER)
+        make_pod(
+            f"p-{i:04d}",
+            namespace,
+            cpu=f"{rng.choice([100, 200, 300, 500])}m",
+            memory=f"{rng.choice([64, 128, 256, 512])}Mi",
+            scheduler_name=SCHEDULER,
+        )
         for i in range(1000)
     ]
     async with running_kscheduler(control_plane) as app:
@@ -153,7 +195,12 @@ async def test_burst_of_1000_pods_over_50_nodes_never_overcommits(
             got = await list_pods(rest, namespace)
             pending = [p for p in got.values() if not p["spec"].get("nodeName")]
             reported = all(pod_scheduled_condition(p) for p in pending)
-            return len(got) == 1000 and reported and app.queue.in_flight() == 0 and len(app.scheduler.binds) == 0
+            return (
+                len(got) == 1000
+                and reported
+                and app.queue.in_flight() == 0
+                and len(app.scheduler.binds) == 0
+            )
 
         await wait_for(settled, timeout=240, interval=1.0, what="all pods bound or reported")
         got = await list_pods(rest, namespace)

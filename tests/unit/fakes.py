@@ -61,7 +61,13 @@ class FakeRecorder:
         self.events: list[tuple[str, str, str, str]] = []
 
     def event(
-        self, obj: Mapping[str, Any], type_: str, reason: str, action: str, note: str
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: Mapping[str, Any] | None = None,
     ) -> None:
         name = f"{obj['metadata'].get('namespace')}/{obj['metadata'].get('name')}"
         self.events.append((name, type_, reason, note))

@@ -52,13 +52,20 @@ def build(cache: Cache, client: FakeClient) -> tuple[Scheduler, SchedulingQueue,
         PluginEntry("Binder", Binder, lambda a, h: Binder(h.client)),  # type: ignore[attr-defined]
     ]
     fwk, snap, _, rec = framework(
-        es, {"queueSort": ["Sort"], "filter": ["Fit"], "bind": ["Binder"]},
-        cache=cache, client=client, name="test-scheduler",
+        es,
+        {"queueSort": ["Sort"], "filter": ["Fit"], "bind": ["Binder"]},
+        cache=cache,
+        client=client,
+        name="test-scheduler",
     )
     q = SchedulingQueue(sort_key=fwk.queue_sort_key(), pre_enqueue=lambda p: None, events={})
     s = Scheduler(
-        cache=cache, queue=q, profiles={"test-scheduler": fwk}, algorithm=Algorithm(),
-        status_writer=client, snapshot=snap,
+        cache=cache,
+        queue=q,
+        profiles={"test-scheduler": fwk},
+        algorithm=Algorithm(),
+        status_writer=client,
+        snapshot=snap,
     )
     return s, q, rec
 
@@ -94,7 +101,12 @@ async def test_binds_fitting_pod_and_records_event() -> None:
     # bound but not yet seen bound by the informer: still assumed, counted on n1
     assert cache.is_assumed(p.uid)
     assert cache.nodes["n1"].requested.milli_cpu == 1000
-    assert ("default/p", "Normal", "Scheduled", "Successfully assigned default/p to n1") in rec.events  # type: ignore[attr-defined]
+    assert (
+        "default/p",
+        "Normal",
+        "Scheduled",
+        "Successfully assigned default/p to n1",
+    ) in rec.events  # type: ignore[attr-defined]
     assert q.in_flight() == 0
 
 
@@ -107,11 +119,14 @@ async def test_unschedulable_gets_condition_event_and_parks() -> None:
     await run_one(s, q)
     msg = "0/1 nodes are available: 1 Insufficient cpu."
     assert ("default/big", "Warning", "FailedScheduling", msg) in rec.events  # type: ignore[attr-defined]
-    (key, patch), = client.status_patches
+    ((key, patch),) = client.status_patches
     cond = patch["status"]["conditions"][0]
     assert key == "default/big"
     assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
-        "PodScheduled", "False", "Unschedulable", msg,
+        "PodScheduled",
+        "False",
+        "Unschedulable",
+        msg,
     )
     assert q.counts()["unschedulable"] == 1
 
@@ -120,7 +135,7 @@ async def test_bind_failure_forgets_and_requeues() -> None:
     cache = Cache()
     cache.add_node(node("n1").alloc(cpu="2").record())
     client = FakeClient(fail_bind=RuntimeError("conflict"))
-    s, q, rec = build(cache, client)
+    s, q, _ = build(cache, client)
     p = ours("p", "1")
     q.add(p)
     await run_one(s, q)
