@@ -458,6 +458,4 @@ async def test_failed_scheduling_message_after_a_pre_filter_rejection(
     # its PostFilter fails on the missing state: upstream appends that error as is, and
     # DefaultPreemption does not run at all.
     assert theirs == '0/1 nodes are available: persistentvolumeclaim "missing" not found. not found'
-    if ours == theirs + ".":
-        pytest.xfail("kscheduler.algorithm.FitError ends the PostFilter message with a '.'")
     assert ours == theirs
