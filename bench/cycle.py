@@ -29,11 +29,12 @@ import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.experiments import APPLIED, apply
 from bench.workloads import (
     Workload,
     node_default,
@@ -98,7 +99,15 @@ class FakeClient:
 
 
 class FakeRecorder:
-    def event(self, obj: Any, type_: str, reason: str, action: str, note: str) -> None:
+    def event(
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: Mapping[str, Any] | None = None,
+    ) -> None:
         return None
 
 
@@ -208,9 +217,13 @@ class CycleResult:
     cycle_ms_p99: float
     breakdown: dict[str, dict[str, float]] | None = None
     breakdown_overhead_ms_per_pod: float | None = None
+    patches: list[str] = field(default_factory=list)
+    placements: list[str] = field(default_factory=list, repr=False)
 
     def line(self) -> str:
+        tag = "+".join(self.patches) if self.patches else "baseline"
         return (
+            f"[{tag}] "
             f"{self.workload:<26} {self.nodes:>5} nodes {self.existing_pods:>6} existing "
             f"{self.pods:>5} pods: {self.pods_per_second:8.1f} pods/s  "
             f"cycle p50 {self.cycle_ms_p50:7.3f} ms  p99 {self.cycle_ms_p99:7.3f} ms"
@@ -218,7 +231,7 @@ class CycleResult:
         )
 
 
-def run_cycles(env: Env) -> tuple[int, int, list[float]]:
+def run_cycles(env: Env, placements: list[str] | None = None) -> tuple[int, int, list[float]]:
     """Schedule every pod of env once; returns (scheduled, unschedulable, per-pod seconds)."""
     fwk, algorithm, snapshot, cache = env.fwk, env.algorithm, env.snapshot, env.cache
     clock = time.perf_counter
@@ -233,6 +246,8 @@ def run_cycles(env: Env) -> tuple[int, int, list[float]]:
         except FitError:
             unschedulable += 1
             per_pod.append(clock() - t0)
+            if placements is not None:
+                placements.append("")
             continue
         host = result.suggested_host
         assumed = pod.with_node(host)
@@ -241,6 +256,8 @@ def run_cycles(env: Env) -> tuple[int, int, list[float]]:
             fwk.run_permit(state, assumed, host)
         per_pod.append(clock() - t0)
         scheduled += 1
+        if placements is not None:
+            placements.append(host)
     return scheduled, unschedulable, per_pod
 
 
@@ -303,12 +320,13 @@ def measure(
     env = build_env(name, nodes, pods, existing_per_node=existing_per_node, seed=seed)
     gc.collect()
     t0 = time.perf_counter()
+    placements: list[str] = []
     if profiler is not None:
         box: list[tuple[int, int, list[float]]] = []
-        profiler(lambda: box.append(run_cycles(env)))
+        profiler(lambda: box.append(run_cycles(env, placements)))
         scheduled, unsched, per_pod = box[0]
     else:
-        scheduled, unsched, per_pod = run_cycles(env)
+        scheduled, unsched, per_pod = run_cycles(env, placements)
     seconds = time.perf_counter() - t0
     result = CycleResult(
         workload=name,
@@ -321,6 +339,8 @@ def measure(
         pods_per_second=pods / seconds if seconds > 0 else 0.0,
         cycle_ms_p50=_pct(per_pod, 50) * 1000,
         cycle_ms_p99=_pct(per_pod, 99) * 1000,
+        patches=list(APPLIED),
+        placements=placements,
     )
     if breakdown:
         env2 = build_env(name, nodes, pods, existing_per_node=existing_per_node, seed=seed)
@@ -368,6 +388,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cprofile", type=int, metavar="N", help="print cProfile's top N functions")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--patches",
+        metavar="A,B",
+        help="bench.experiments patches: run unpatched first, then patched, and compare",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="with --patches: count the pods placed differently from the unpatched run",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="runs per case (the best one counts)")
     args = p.parse_args(argv)
     node_counts = [int(x) for x in str(args.nodes).split(",") if x]
 
@@ -408,21 +439,46 @@ def main(argv: list[str] | None = None) -> int:
 
         profiler, finish = run_cprofile, print_cprofile
 
-    results: list[CycleResult] = []
-    for name in args.workloads:
-        for n in node_counts:
-            r = measure(
-                name,
-                n,
-                args.pods,
-                existing_per_node=args.existing_per_node,
-                breakdown=args.breakdown,
-                seed=args.seed,
-                profiler=profiler,
+    def run_all() -> list[CycleResult]:
+        out: list[CycleResult] = []
+        for name in args.workloads:
+            for n in node_counts:
+                runs = [
+                    measure(
+                        name,
+                        n,
+                        args.pods,
+                        existing_per_node=args.existing_per_node,
+                        breakdown=args.breakdown,
+                        seed=args.seed,
+                        profiler=profiler,
+                    )
+                    for _ in range(max(1, args.repeat))
+                ]
+                r = max(runs, key=lambda x: x.pods_per_second)
+                out.append(r)
+                print(r.line(), flush=True)
+                print_breakdown(r)
+        return out
+
+    patches = [x for x in (args.patches or "").split(",") if x]
+    results = run_all()
+    if patches:
+        baseline = results
+        apply(patches)
+        results = run_all()
+        print()
+        for before, after in zip(baseline, results, strict=True):
+            differ = sum(
+                1 for a, b in zip(before.placements, after.placements, strict=True) if a != b
             )
-            results.append(r)
-            print(r.line(), flush=True)
-            print_breakdown(r)
+            print(
+                f"{after.workload:<26} {after.nodes:>5} nodes: "
+                f"{before.pods_per_second:8.1f} -> {after.pods_per_second:8.1f} pods/s "
+                f"({after.pods_per_second / before.pods_per_second:5.2f}x)"
+                + (f", {differ} of {after.pods} placed differently" if args.check else "")
+            )
+        results = baseline + results
     finish()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -431,7 +487,9 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "python": sys.version.split()[0],
                     "existing_per_node": args.existing_per_node,
-                    "results": [r.__dict__ for r in results],
+                    "results": [
+                        {k: v for k, v in r.__dict__.items() if k != "placements"} for r in results
+                    ],
                 },
                 indent=2,
             )

@@ -98,9 +98,6 @@ class SimulatorAnnotations:
         self.profiles = frozenset(profiles)
         self.prefix = prefix
 
-    def enabled(self, profile: str) -> bool:
-        return profile in self.profiles
-
     def begin(self, fwk: Framework, state: CycleState, pod: PodInfo) -> FilterRecord | None:
         """Before schedule_pod: a record to pass as ``record=`` when the profile opts in.
 

@@ -969,7 +969,15 @@ class DiffRunner:
         for obj in scenario.objects:
             path = await self._object_path(obj)
             body = {k: v for k, v in obj.items() if k != "status"}
-            await self.api.post(path, body)
+            try:
+                await self.api.post(path, body)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                # left over from an interrupted run: replace it
+                item = f"{path}/{obj['metadata']['name']}"
+                await _delete_stripping_finalizers(self.api, item)
+                await self.api.post(path, body)
             created.append(obj)
             if obj.get("status"):
                 await self.api.patch(

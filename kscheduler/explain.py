@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import copy
 import re
 import sys
@@ -39,7 +38,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -60,6 +59,10 @@ from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import PodInfo
 from kscheduler.kube import ApiError, KubeClient, Params
 
+if TYPE_CHECKING:
+    from kscheduler.config import KubeSchedulerConfiguration
+    from kscheduler.framework.registry import Registry
+
 DEFAULT_LIMIT = 20
 #: Prose is wrapped at this width; tables and the FailedScheduling message are not.
 WIDTH = 100
@@ -75,9 +78,6 @@ SHORT_NAMES = {
     "ImageLocality": "Image",
     "VolumeBinding": "Volume",
 }
-
-FEASIBLE = "feasible"
-REJECTED = "rejected"
 
 
 class ExplainError(Exception):
@@ -194,6 +194,8 @@ class Explanation:
     post_filter_writes: list[tuple[str, str]] = field(default_factory=list)
     post_filter_plugins: list[str] = field(default_factory=list)
     fit_error: str = ""
+    #: HTTP extenders in the configuration, which explain does not call
+    extenders: int = 0
 
     @property
     def feasible(self) -> list[NodeVerdict]:
@@ -343,8 +345,8 @@ async def evaluate(
 
 async def explain_pod(
     kube: DryRunKubeClient,
-    cfg: Any,
-    registry: Any,
+    cfg: KubeSchedulerConfiguration,
+    registry: Registry,
     namespace: str,
     name: str,
     *,
@@ -364,6 +366,8 @@ async def explain_pod(
         if exc.is_not_found:
             raise ExplainError(f"pod {namespace}/{name} not found") from exc
         raise ExplainError(f"cannot read pod {namespace}/{name}: {exc}") from exc
+    except Exception as exc:  # connection refused, TLS, DNS ...
+        raise ExplainError(f"cannot reach the cluster: {type(exc).__name__}: {exc}") from exc
     pod = parse_pod(raw)
     app = SchedulerApp(cfg, registry, kube, Options(leader_elect=False))
     profile = profile or pod.scheduler_name
@@ -381,16 +385,15 @@ async def explain_pod(
         done, _ = await asyncio.wait({waiter, informers}, return_when=asyncio.FIRST_COMPLETED)
         if informers in done:
             waiter.cancel()
-            informers.result()
-            raise ExplainError("the informers stopped before listing the cluster")
+            failure = informers.exception()
+            raise ExplainError(f"cannot list the cluster: {failure}")
         try:
             waiter.result()
         except TimeoutError as exc:
             raise ExplainError(f"the cluster was not listed within {sync_timeout:g}s") from exc
     finally:
         informers.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await informers
+        await asyncio.gather(informers, return_exceptions=True)
     bound = pod.node_name
     app.cache.remove_pod(pod.uid)
     app.queue.delete(pod.uid)
@@ -400,9 +403,9 @@ async def explain_pod(
         raw["spec"].pop("nodeName", None)
         pod = parse_pod(raw)
     app.snapshot.update()
-    return await evaluate(
-        fwk, app.algorithm, app.snapshot, pod, bound_node=bound, writes=kube.writes
-    )
+    ex = await evaluate(fwk, app.algorithm, app.snapshot, pod, bound_node=bound, writes=kube.writes)
+    ex.extenders = len(cfg.extenders)
+    return ex
 
 
 # --------------------------------------------------------------------------- output
@@ -527,6 +530,7 @@ def to_dict(ex: Explanation, limit: int | None = None) -> dict[str, Any]:
             "evictions": ex.evictions,
         },
         "fitError": ex.fit_error or None,
+        "extendersNotConsulted": ex.extenders,
         "rejections": rejections,
         "verdicts": verdicts,
     }
@@ -653,6 +657,11 @@ def render_table(ex: Explanation, limit: int | None = DEFAULT_LIMIT) -> str:
             + ", ".join(ex.skipped_score_plugins)
             + "."
         )
+    if ex.extenders:
+        notes.append(
+            f"The configuration has {_plural(ex.extenders, 'extender')}, which explain does "
+            "not call: their filtering and scores are not included."
+        )
     if ex.pre_filter_narrowed_by:
         notes.append(
             "PreFilter limited the nodes to evaluate: " + ", ".join(ex.pre_filter_narrowed_by) + "."
@@ -774,7 +783,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file; default: in-cluster, then $KUBECONFIG")
     p.add_argument("--config", type=Path, help="the daemon's KubeSchedulerConfiguration file")
     p.add_argument("--profile", help="the profile to evaluate with (default: the pod's)")
-    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    p.add_argument(
+        "-o", "--output", choices=("table", "json", "yaml"), default="table", help="format"
+    )
     p.add_argument("--all-nodes", action="store_true", help="show every node")
     p.add_argument(
         "--limit",
