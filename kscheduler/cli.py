@@ -72,6 +72,14 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--bind-concurrency", type=int, default=64, help="binds in flight at once (connection pool)"
     )
+    p.add_argument(
+        "--simulator-annotations",
+        default="",
+        metavar="PROFILE[,PROFILE]",
+        help="write each attempt's results on the pod as kube-scheduler-simulator "
+        "annotations, for these profiles (off by default: anyone who can read the pod "
+        "can read them)",
+    )
     p.add_argument("-v", "--verbose", action="count", default=1, help="more logs (-vv: debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings only")
     p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
@@ -119,6 +127,14 @@ def run_main(argv: list[str]) -> int:
         where = f"{args.config}: " if args.config else ""
         print(f"kscheduler: invalid configuration: {where}{exc}", file=sys.stderr)
         return 2
+    if args.simulator_annotations:
+        from kscheduler.annotations import parse_profiles
+
+        try:
+            parse_profiles(args.simulator_annotations, [p.scheduler_name for p in cfg.profiles])
+        except ValueError as exc:
+            print(f"kscheduler: --simulator-annotations: {exc}", file=sys.stderr)
+            return 2
     verbosity = 0 if args.quiet else args.verbose
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
     configure(verbosity, json=json_logs)
@@ -180,6 +196,11 @@ async def serve(cfg: object, registry: object, args: argparse.Namespace) -> int:
             observer=metrics.scheduler_observer(),
         )
         metrics.attach(app)
+        if args.simulator_annotations:
+            from kscheduler.annotations import SimulatorAnnotations, parse_profiles
+
+            names = parse_profiles(args.simulator_annotations, app.frameworks)
+            app.scheduler.annotations = SimulatorAnnotations(names)
         server = None
         if args.port:
             server = HealthServer(

@@ -48,6 +48,22 @@ _ERROR_MARK = "<error>"
 PARSE_ERROR_PLUGIN = "<parse>"
 
 
+_IGNORED_META = frozenset({"resourceVersion", "generation", "managedFields", "finalizers"})
+
+
+def pod_spec_changed(old: PodInfo, new: PodInfo) -> bool:
+    """Whether an update changed the pod beyond its status and bookkeeping fields;
+    only such updates give an unschedulable pod a new chance."""
+    if old.raw is new.raw:
+        return False
+    if old.raw.get("spec") != new.raw.get("spec"):
+        return True
+    om = old.raw.get("metadata") or {}
+    nm = new.raw.get("metadata") or {}
+    keys = (om.keys() | nm.keys()) - _IGNORED_META
+    return any(om.get(k) != nm.get(k) for k in keys)
+
+
 @dataclass(slots=True)
 class _InFlight:
     qp: QueuedPodInfo
@@ -206,7 +222,10 @@ class SchedulingQueue:
             return
         qp = self._unschedulable.get(uid)
         if qp is not None:
+            old = qp.pod
             qp.pod = pod
+            if not pod_spec_changed(old, pod):
+                return  # a status-only write (e.g. our own PodScheduled condition)
             # the pod itself changed: any rejection may no longer hold
             del self._unschedulable[uid]
             self._unsched_since.pop(uid, None)

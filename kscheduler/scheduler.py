@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from kscheduler.algorithm import Algorithm, FitError, ScheduleError, ScheduleResult
+from kscheduler.algorithm import Algorithm, FilterRecord, FitError, ScheduleError, ScheduleResult
+from kscheduler.annotations import SimulatorAnnotations
 from kscheduler.binder import TaskTracker
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.events import micro_time
@@ -160,6 +161,8 @@ class Scheduler:
         self.may_bind = may_bind
         self._clock = clock
         self.last_attempts: dict[str, AttemptRecord] = {}
+        #: kube-scheduler-simulator annotations for the profiles that opt in (None: off)
+        self.annotations: SimulatorAnnotations | None = None
         self._max_records = 10000
 
     # ---- loop ------------------------------------------------------------------------------
@@ -230,14 +233,25 @@ class Scheduler:
             return
         state = CycleState()
         self.snapshot.update()
+        record = None
+        if self.annotations is not None:
+            record = self.annotations.begin(fwk, state, pod)
         try:
             if self.extenders:
                 result = await self.algorithm.schedule_pod_with_extenders(
-                    fwk, state, pod, self.snapshot, self.extenders, refresh=self.snapshot.update
+                    fwk,
+                    state,
+                    pod,
+                    self.snapshot,
+                    self.extenders,
+                    refresh=self.snapshot.update,
+                    record=record,
                 )
             else:
-                result = self.algorithm.schedule_pod(fwk, state, pod, self.snapshot)
+                result = self.algorithm.schedule_pod(fwk, state, pod, self.snapshot, record=record)
         except FitError as fe:
+            if record is not None:
+                self._annotate(fwk, state, pod, record, fit_error=fe)
             await self._handle_fit_error(fwk, state, qp, fe, start)
             return
         except ScheduleError as se:
@@ -245,7 +259,26 @@ class Scheduler:
                 fwk, qp, se.status, REASON_SCHEDULER_ERROR, se.status.message, start, result=ERROR
             )
             return
+        if record is not None:
+            self._annotate(fwk, state, pod, record, selected=result.suggested_host)
         self._assume_and_bind(fwk, state, qp, result, start)
+
+    def _annotate(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        record: FilterRecord,
+        *,
+        selected: str = "",
+        fit_error: FitError | None = None,
+    ) -> None:
+        assert self.annotations is not None
+        patch = self.annotations.patch(
+            fwk, state, pod, record, selected=selected, fit_error=fit_error
+        )
+        if patch is not None:
+            self.writes.spawn(self._write_status(pod, patch), name=f"annotate {pod.key}")
 
     async def _handle_fit_error(
         self, fwk: Framework, state: CycleState, qp: QueuedPodInfo, fe: FitError, start: float

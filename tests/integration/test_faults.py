@@ -1110,3 +1110,226 @@ async def test_5xx_and_lost_bind_answers(
     the scheduler sees a failed bind for a pod that is in fact bound."""
     faults = RandomFaults(2, p503=0.2, p_lost_bind=0.15)
     await _throttled_workload(restart_plane, monkeypatch, tmp_path, faults, test="503 and lost 504")
+
+
+# --------------------------------------------------------------------------- 5. malformed input
+
+
+def _affinity(operator: str, value: str, *, preferred: bool = False) -> JSON:
+    term = {"matchExpressions": [{"key": "rank", "operator": operator, "values": [value]}]}
+    if preferred:
+        return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": term}]}}  # fmt: skip
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}  # fmt: skip
+
+
+def _with_spec(body: JSON, **spec: Any) -> JSON:
+    return {**body, "spec": {**body["spec"], **spec}}
+
+
+#: Malformed pods and how the apiserver answers them (kube-apiserver v1.35): none of
+#: these reaches a scheduler.
+REJECTED: dict[str, tuple[Callable[[str], JSON], int, str]] = {
+    "unparseable quantity": (lambda ns: pod("x", ns, cpu="1.5.5"), 400, "quantities must match"),
+    "negative quantity": (lambda ns: pod("x", ns, cpu="-1"), 422, "greater than or equal to 0"),
+    "fractional extended resource": (
+        lambda ns: pod("x", ns, extended={"example.com/gpu": "0.5"}), 422, "must be an integer"),
+    "toleration operator": (
+        lambda ns: pod("x", ns, tolerations=[{"key": "k", "operator": "Maybe"}]), 422,
+        "spec.tolerations[0].operator"),
+    "node affinity operator": (
+        lambda ns: pod("x", ns, affinity=_affinity("Near", "1")), 422,
+        "not a valid selector operator"),
+    "label value over 63 bytes": (
+        lambda ns: pod("x", ns, labels={"k": "v" * 64}), 422, "must be no more than 63"),
+    "annotations over 256 KiB": (
+        lambda ns: pod("x", ns, annotations={"k": "v" * (256 * 1024)}), 422, "Too long"),
+    "host port out of range": (lambda ns: pod("x", ns, host_port=70000), 422, "hostPort"),
+    "spec.priority without its class": (
+        lambda ns: _with_spec(pod("x", ns), priority=5), 403, "must not be provided"),
+}  # fmt: skip
+
+
+async def test_the_apiserver_stops_most_malformed_pods(
+    control_plane: ControlPlane, rest: RestClient, namespace: str
+) -> None:
+    """What the scheduler never has to parse; the next test feeds it what gets through."""
+    for what, (build, status, text) in REJECTED.items():
+        with pytest.raises(ApiError) as err:
+            await rest.post(pods_path(namespace), build(namespace))
+        assert err.value.status == status and text in err.value.message, (what, err.value)
+    unknown = _with_spec(pod("x", namespace), bogusField=1)
+    with pytest.raises(ApiError) as err:
+        await rest.post(pods_path(namespace), unknown, {"fieldValidation": "Strict"})
+    assert 'unknown field "spec.bogusField"' in err.value.message
+    created = await rest.post(pods_path(namespace), unknown, {"fieldValidation": "Ignore"})
+    assert "bogusField" not in created["spec"], "the server drops unknown fields"
+    FIGURES.record("apiserver validation", rejected_kinds=len(REJECTED) + 1)
+
+
+async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with environment(control_plane) as env, scheduler(control_plane, monkeypatch) as s:
+        ns = env.ns
+        await create_nodes(env.rest, [make_node(f"v-{i}", cpu="4", memory="16Gi") for i in range(2)])
+        good = [f"good-{i}" for i in range(6)]
+        big = ["big-annotation", "many-labels", "unknown-field"]
+        bad = {
+            # the apiserver does not check that Gt/Lt values are integers
+            "gt-not-a-number": (_affinity("Gt", "x"), "'x' is not an integer"),
+            "lt-fraction-preferred": (_affinity("Lt", "1.5", preferred=True),
+                                      "'1.5' is not an integer"),
+        }  # fmt: skip
+        await create_pods(env.rest, [pod(n, ns) for n in good])
+        await create_pods(env.rest, [
+            pod("big-annotation", ns, annotations={"blob": "x" * (200 * 1024)}),
+            pod("many-labels", ns, labels={f"k{i:02d}": "v" * 63 for i in range(60)}),
+            *[pod(n, ns, affinity=aff) for n, (aff, _) in bad.items()],
+            pod("absurd-cpu", ns, cpu="1e30"),
+            _with_spec(pod("missing-claim", ns), volumes=[
+                {"name": "data", "persistentVolumeClaim": {"claimName": "nope"}}]),
+        ])  # fmt: skip
+        await env.rest.post(
+            pods_path(ns), _with_spec(pod("unknown-field", ns), bogusField=1),
+            {"fieldValidation": "Ignore"},
+        )  # fmt: skip
+        await wait_bound(env.rest, ns, [*good, *big])
+
+        async def reported(name: str, text: str) -> JSON | None:
+            evs = await events_of(env.rest, ns, name, "FailedScheduling")
+            return next((e for e in evs if text in e["note"]), None)
+
+        reasons = {
+            **{n: why for n, (_, why) in bad.items()},
+            "absurd-cpu": "Insufficient cpu",
+            "missing-claim": 'persistentvolumeclaim "nope" not found',
+        }
+        for name, why in reasons.items():
+
+            async def check(name: str = name, why: str = why) -> JSON | None:
+                return await reported(name, why)
+
+            ev = await wait_for(check, what=f"FailedScheduling for {name} saying {why!r}")
+            assert ev["type"] == "Warning"
+        for name in bad:
+            (ev,) = await events_of(env.rest, ns, name, "FailedScheduling")
+            assert ev["note"].startswith("failed to parse pod: spec.affinity.nodeAffinity."), ev
+            cond = pod_condition((await pods_by_name(env.rest, ns))[name]) or {}
+            assert (cond.get("status"), cond.get("reason")) == ("False", "SchedulerError"), cond
+
+        # a node the scheduler cannot parse, as from a decoding problem (the apiserver
+        # refuses such quantities): it is left out until a good version arrives
+        nodes = s.informer("nodes")
+        raw = await env.rest.get("/api/v1/nodes/v-1")
+        corrupt = {**raw, "metadata": {**raw["metadata"], "resourceVersion": "999999999"},
+                   "status": {**raw["status"], "allocatable": {
+                       **raw["status"]["allocatable"], "cpu": "lots"}}}  # fmt: skip
+        nodes.apply("MODIFIED", corrupt)
+        assert s.app.snapshot.get("v-1") is None
+        assert "status.allocatable.cpu" in s.app.handlers.bad_nodes["v-1"]
+        assert s.logs.events("ignoring node that cannot be parsed", node="v-1")
+        meanwhile = [f"meanwhile-{i}" for i in range(3)]
+        await create_pods(env.rest, [pod(n, ns) for n in meanwhile])
+        await wait_bound(env.rest, ns, meanwhile)
+        got = await pods_by_name(env.rest, ns)
+        assert {node_of(got[n]) for n in meanwhile} == {"v-0"}
+        await env.rest.patch("/api/v1/nodes/v-1", {"metadata": {"labels": {"fixed": "yes"}}})
+
+        async def back() -> bool:
+            return s.app.snapshot.get("v-1") is not None and "v-1" not in s.app.handlers.bad_nodes
+
+        await wait_for(back, what="the node back once a good version arrived")
+
+        # absurd but valid quantities parse: a node as large as the pod
+        await create_nodes(env.rest, [make_node("vast", cpu="1e30", extended={
+            "example.com/gpu": "1e30"})])  # fmt: skip
+        await wait_bound(env.rest, ns, ["absurd-cpu"])
+        after = [f"after-{i}" for i in range(4)]
+        await create_pods(env.rest, [pod(n, ns) for n in after])
+        await wait_bound(env.rest, ns, after)
+        await asyncio.sleep(2.5)  # the unparseable pods wait for an update, not a loop
+        attempts = {n: len(s.logs.events("attempt failed", pod=f"{ns}/{n}")) for n in bad}
+        pending = {qp.pod.name for _, qp in s.app.queue.pending()}
+        await check_all(
+            "malformed objects",
+            s,
+            env,
+            expect_bound=[*good, *big, *meanwhile, "absurd-cpu", *after],
+            faults=len(bad) + 3,
+            failed_scheduling_reported=len(reasons),
+            attempts_of_unparseable=max(attempts.values()),
+        )
+        assert max(attempts.values()) == 1, attempts
+        assert pending >= {*bad, "missing-claim"}, pending
+
+
+def _config(body: str) -> str:
+    return f"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{body}"
+
+
+BAD_CONFIGS = {
+    "unknown field": (_config("colour: blue\n"), "colour: unknown field"),
+    "wrong type": (_config("parallelism: many\n"), 'parallelism: expected integer, got string "many"'),
+    "unknown plugin": (
+        _config("profiles:\n- schedulerName: x\n  plugins:\n    score:\n      enabled:\n"
+                "      - name: NoSuchPlugin\n"),
+        'profiles[0].plugins.score.enabled[0].name: unknown plugin "NoSuchPlugin"'),
+    "bad duration": (
+        _config("leaderElection:\n  leaseDuration: 15parsecs\n"),
+        'leaderElection.leaseDuration: unknown unit "parsecs"'),
+    "bad plugin args": (
+        _config("profiles:\n- schedulerName: x\n  pluginConfig:\n  - name: NodeResourcesFit\n"
+                "    args:\n      scoringStrategy:\n        type: Cheapest\n"),
+        "profiles[0].pluginConfig[0].args.scoringStrategy.type: unsupported value"),
+    "negative qps type": (
+        _config("clientConnection:\n  burst: lots\n"), "clientConnection.burst: expected integer"),
+    "old apiVersion": (
+        "apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: KubeSchedulerConfiguration\n",
+        "apiVersion: unsupported"),
+    "not YAML": ("profiles: [\n", "YAML syntax error"),
+}  # fmt: skip
+
+BAD_FLAGS = {
+    "negative port": (["--port", "-1"], "argument --port: port must be within 0..65535, got -1"),
+    "unknown flag": (["--colour", "blue"], "unrecognized arguments: --colour"),
+    "not a bool": (["--leader-elect", "maybe"], "argument --leader-elect: expected true or false"),
+    "zero bind concurrency": (["--bind-concurrency", "0"], "--bind-concurrency: must be at least 1"),
+    "negative grace": (["--shutdown-grace", "-1"], "--shutdown-grace: must not be negative"),
+    "not a number": (["--bind-concurrency", "x"], "argument --bind-concurrency: invalid int value"),
+}  # fmt: skip
+
+
+def _run_kscheduler(args: list[str]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": "/nonexistent"}  # it must fail before connecting
+    return subprocess.run(
+        [sys.executable, "-m", "kscheduler", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_exits_2_naming_the_field(case: str, tmp_path: Path) -> None:
+    body, expected = BAD_CONFIGS[case]
+    path = tmp_path / "config.yaml"
+    path.write_text(body)
+    done = _run_kscheduler(["--config", str(path)])
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.startswith(f"kscheduler: invalid configuration: {path}: "), done.stderr
+    assert expected in done.stderr, done.stderr
+    FIGURES.record("bad config and flags", configs=len(BAD_CONFIGS), flags=len(BAD_FLAGS))
+
+
+def test_missing_config_file_exits_2(tmp_path: Path) -> None:
+    done = _run_kscheduler(["--config", str(tmp_path / "absent.yaml")])
+    assert done.returncode == 2 and "cannot read" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("case", list(BAD_FLAGS))
+def test_bad_flags_exit_2_naming_the_flag(case: str) -> None:
+    args, expected = BAD_FLAGS[case]
+    done = _run_kscheduler(args)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert expected in done.stderr, done.stderr
+    assert done.stderr.startswith("usage: kscheduler"), done.stderr

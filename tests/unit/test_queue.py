@@ -223,3 +223,20 @@ async def test_nominated_pods_tracked_per_node() -> None:
     assert [x.name for x in q.nominated_pods_for_node("n2")] == ["p"]
     q.delete(p.uid)
     assert q.nominated_pods_for_node("n2") == []
+
+
+async def test_status_only_update_does_not_wake_unschedulable_pod() -> None:
+    clock = Clock()
+    q = make_queue(clock)
+    p = pod("p").build()
+    q.add(p)
+    qp = await pop(q)
+    qp.unschedulable_plugins = {"X"}
+    q.add_unschedulable_if_not_present(qp)
+    raw = pod("p").uid(p.uid).raw()
+    raw["metadata"]["resourceVersion"] = "999"
+    raw["status"] = {"conditions": [{"type": "PodScheduled", "status": "False"}]}
+    from kscheduler.framework.parse import parse_pod
+
+    q.update(parse_pod(raw))
+    assert q.counts()["unschedulable"] == 1
