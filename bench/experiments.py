@@ -27,8 +27,15 @@ Patches (``ALL`` applies every one of them):
 * ``select-host``    Algorithm.select_host: totals summed per plugin list, ties
                      collected and one picked with a single randrange (the same
                      uniform choice, fewer random draws);
+* ``score-ints``     (bench.cycle only) run_score returns int lists, select_host
+                     sums them: no NodeScore object per plugin and node;
 * ``trim-events``    SchedulingQueue._trim_events: O(log n) instead of a min() over
                      every in-flight pod plus a copy of the event log per pod;
+* ``pts-incremental`` PodTopologySpread.pre_filter: domain counts kept up to date
+                     from a cache change log instead of a scan of every pod;
+* ``ipa-incremental`` InterPodAffinity.pre_filter: the same for topology-pair
+                     counts, existing anti-affinity grouped by distinct term;
+* ``cache-changelog`` the change log the two above read (applied with them);
 * ``gc``             gc.freeze() once the informers have synced, and a higher
                      generation-0 threshold.
 """
@@ -457,6 +464,63 @@ def _select_host() -> None:
     alg.Algorithm.select_host = select_host  # type: ignore[method-assign]
 
 
+@patch("score-ints")
+def _score_ints() -> None:
+    """run_score hands select_host plain int lists (no NodeScore per plugin and node).
+
+    In-process only (bench.cycle): the daemon's explain/annotation code still
+    reads NodeScore objects from ScheduleResult.scores.
+    """
+    from kscheduler import algorithm as alg
+    from kscheduler.framework.interface import NodeScore, ScoreNormalizer
+    from kscheduler.framework.runtime import Framework
+    from kscheduler.framework.status import Code, Status
+
+    def run_score_ints(
+        self: Framework, state: Any, pod: Any, nodes: Sequence[Any]
+    ) -> tuple[dict[str, list[int]], Any]:
+        out: dict[str, list[int]] = {}
+        skip = state.skip_score_plugins
+        for p in self.score_plugins:
+            if skip and p.name in skip:
+                continue
+            batch = getattr(p, "score_nodes", None)
+            if batch is not None:
+                ints, st = batch(state, pod, nodes)
+            else:
+                ints = []
+                st = None
+                for ni in nodes:
+                    s, st = p.score(state, pod, ni)
+                    if st is not None and st.code != Code.SUCCESS:
+                        break
+                    ints.append(s)
+            if st is not None and st.code != Code.SUCCESS:
+                return out, st.with_plugin(p.name)
+            if isinstance(p, ScoreNormalizer):
+                scores = [NodeScore(ni.name, s) for ni, s in zip(nodes, ints, strict=True)]
+                p.normalize_score(state, pod, scores)
+                ints = [ns.score for ns in scores]
+            if ints and (min(ints) < 0 or max(ints) > 100):
+                return out, Status.as_error(f"plugin {p.name}: invalid score", p.name)
+            w = self.score_weights[p.name]
+            out[p.name] = [s * w for s in ints] if w != 1 else ints
+        return out, None
+
+    def select_host(
+        self: alg.Algorithm, nodes: Sequence[Any], scores: dict[str, list[int]]
+    ) -> tuple[str, dict[str, int]]:
+        lists = list(scores.values())
+        totals = [sum(t) for t in zip(*lists, strict=True)] if lists else [0] * len(nodes)
+        best = max(totals)
+        ties = [i for i, t in enumerate(totals) if t == best]
+        pick = ties[0] if len(ties) == 1 else ties[self.rng.randrange(len(ties))]
+        return nodes[pick].name, {ni.name: totals[i] for i, ni in enumerate(nodes)}
+
+    Framework.run_score = run_score_ints  # type: ignore[method-assign,assignment]
+    alg.Algorithm.select_host = select_host  # type: ignore[method-assign,assignment]
+
+
 # --------------------------------------------------------------------------- queue
 
 
@@ -491,6 +555,324 @@ def _trim_events() -> None:
 
     SchedulingQueue.pop = pop  # type: ignore[method-assign]
     SchedulingQueue._trim_events = trim  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- incremental counts
+
+_CHANGELOG_LIMIT = 200_000
+
+
+@patch("cache-changelog")
+def _cache_changelog() -> None:
+    """Cache: append the name of every node whose pods or labels change to a log.
+
+    The stand-in for what a real change would add to kscheduler.cache (a change
+    sequence per node, as upstream's snapshot keeps nodes in generation order);
+    the incremental patches below read it.
+    """
+    from kscheduler.cache import Cache
+
+    if getattr(Cache, "_bench_changelog", False):
+        return
+    Cache._bench_changelog = True  # type: ignore[attr-defined]
+    init, place, unplace = Cache.__init__, Cache._place, Cache._unplace
+    add_node, remove_node = Cache.add_node, Cache.remove_node
+
+    def log(self: Cache, name: str) -> None:
+        changes: list[str] = self._bench_changes  # type: ignore[attr-defined]
+        if len(changes) >= _CHANGELOG_LIMIT:
+            changes.clear()
+            self._bench_epoch += 1  # type: ignore[attr-defined]
+        changes.append(name)
+
+    def __init__(self: Cache, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._bench_changes = []  # type: ignore[attr-defined]
+        self._bench_epoch = 0  # type: ignore[attr-defined]
+
+    def _place(self: Cache, pod: Any) -> None:
+        place(self, pod)
+        log(self, pod.node_name)
+
+    def _unplace(self: Cache, pod: Any) -> None:
+        unplace(self, pod)
+        log(self, pod.node_name)
+
+    def _add_node(self: Cache, node: Any) -> Any:
+        out = add_node(self, node)
+        log(self, node.name)
+        return out
+
+    def _remove_node(self: Cache, name: str) -> None:
+        remove_node(self, name)
+        log(self, name)
+
+    Cache.__init__ = __init__  # type: ignore[method-assign]
+    Cache._place = _place  # type: ignore[method-assign]
+    Cache._unplace = _unplace  # type: ignore[method-assign]
+    Cache.add_node = _add_node  # type: ignore[method-assign]
+    Cache.update_node = _add_node
+    Cache.remove_node = _remove_node  # type: ignore[method-assign]
+
+
+Contribution = dict[Any, dict[Any, int]]
+
+
+class NodeAggregate:
+    """Per-node contributions (group -> key -> count) and their sums over all nodes,
+    brought up to date from the cache's change log: O(changed nodes) per cycle."""
+
+    __slots__ = ("cursor", "epoch", "per_node", "totals")
+
+    def __init__(self) -> None:
+        self.epoch = -1
+        self.cursor = 0
+        self.per_node: dict[str, Contribution] = {}
+        self.totals: dict[Any, dict[Any, int]] = {}
+
+    def refresh(
+        self, cache: Any, nodes: Sequence[Any], contribution: Callable[[Any], Contribution]
+    ) -> None:
+        changes: list[str] = cache._bench_changes
+        if self.epoch != cache._bench_epoch:
+            self.per_node.clear()
+            self.totals.clear()
+            for ni in nodes:
+                self._add(ni.name, contribution(ni))
+        else:
+            for name in dict.fromkeys(changes[self.cursor :]):
+                self._remove(name)
+                ni = cache.nodes.get(name)
+                if ni is not None and ni.node is not None:
+                    self._add(name, contribution(ni))
+        self.cursor = len(changes)
+        self.epoch = cache._bench_epoch
+
+    def _add(self, name: str, c: Contribution) -> None:
+        if not c:
+            return
+        self.per_node[name] = c
+        totals = self.totals
+        for group, counts in c.items():
+            t = totals.get(group)
+            if t is None:
+                t = totals[group] = {}
+            for key, n in counts.items():
+                t[key] = t.get(key, 0) + n
+
+    def _remove(self, name: str) -> None:
+        c = self.per_node.pop(name, None)
+        if not c:
+            return
+        totals = self.totals
+        for group, counts in c.items():
+            t = totals[group]
+            for key, n in counts.items():
+                left = t[key] - n
+                if left:
+                    t[key] = left
+                else:
+                    del t[key]
+            if not t:
+                del totals[group]
+
+
+def _aggregates(owner: Any) -> dict[Any, NodeAggregate]:
+    aggs: dict[Any, NodeAggregate] | None = getattr(owner, "_bench_aggregates", None)
+    if aggs is None:
+        aggs = {}
+        owner._bench_aggregates = aggs
+    return aggs
+
+
+def _aggregate(owner: Any, key: Any) -> NodeAggregate:
+    aggs = _aggregates(owner)
+    agg = aggs.get(key)
+    if agg is None:
+        if len(aggs) >= 256:  # a crude bound: forget them all
+            aggs.clear()
+        agg = aggs[key] = NodeAggregate()
+    return agg
+
+
+@patch("pts-incremental")
+def _pts_incremental() -> None:
+    """PodTopologySpread.pre_filter: per-domain counts kept up to date across cycles.
+
+    Used when the node inclusion policies cannot exclude a node for this pod
+    (nodeTaintsPolicy Ignore, and nodeAffinityPolicy Ignore or a pod without
+    nodeSelector/required node affinity); otherwise the full scan runs. A domain
+    key counts the nodes in it too, so that empty domains stay (as in the scan).
+    """
+    _cache_changelog()
+    from kscheduler.framework.status import Status
+    from kscheduler.plugins import pod_topology_spread as pts
+
+    original = pts.PodTopologySpread.pre_filter
+    nodes_key = "__nodes__"
+
+    def pre_filter(
+        self: pts.PodTopologySpread, state: Any, pod: Any, nodes: Sequence[Any]
+    ) -> tuple[Any, Any]:
+        snapshot = self._handle.snapshot
+        cache = getattr(snapshot, "_cache", None)
+        if cache is None or nodes is not snapshot.node_infos():
+            return original(self, state, pod, nodes)
+        try:
+            constraints = self.constraints(pod, pts.DO_NOT_SCHEDULE)
+        except pts._BadConstraints:
+            return original(self, state, pod, nodes)
+        if not constraints:
+            return None, Status.skip()
+        plain = not pod.node_selector and pod.required_node_affinity is None
+        if any(c.honor_node_taints or (c.honor_node_affinity and not plain) for c in constraints):
+            return original(self, state, pod, nodes)
+        counter = pts._NodeCounter(pod, constraints)
+        keys = [c.topology_key for c in constraints]
+
+        def contribution(ni: Any) -> Contribution:
+            node = ni.node
+            if node is None:
+                return {}
+            labels = node.labels
+            if not pts._has_all_keys(labels, constraints):
+                return {}
+            out: Contribution = {}
+            for i, n in enumerate(counter.counts(ni, node)):
+                if n is None:
+                    continue
+                out[i] = {labels[keys[i]]: n}
+                out[(nodes_key, i)] = {labels[keys[i]]: 1}
+            return out
+
+        agg = _aggregate(
+            self, (pod.namespace, tuple((c.topology_key, c.selector) for c in constraints))
+        )
+        agg.refresh(cache, nodes, contribution)
+        counts: list[dict[str, int]] = []
+        for i in range(len(constraints)):
+            present = agg.totals.get((nodes_key, i), {})
+            matched = agg.totals.get(i, {})
+            counts.append({value: matched.get(value, 0) for value in present})
+        paths: list[list[Any]] = []
+        for per_domain in counts:
+            p: list[Any] = ["", pts._NO_MATCH, "", pts._NO_MATCH]
+            for value, num in per_domain.items():
+                pts._update_paths(p, value, num)
+            paths.append(p)
+        self_match = tuple(1 if c.matches(pod.labels) else 0 for c in constraints)
+        state.write(pts.PRE_FILTER_KEY, pts.FilterState(constraints, counts, paths, self_match))
+        return None, None
+
+    pts.PodTopologySpread.pre_filter = pre_filter  # type: ignore[method-assign]
+
+
+@patch("ipa-incremental")
+def _ipa_incremental() -> None:
+    """InterPodAffinity.pre_filter: topology-pair counts kept up to date across cycles.
+
+    Existing pods' required anti-affinity terms are grouped by term: each distinct
+    term is matched against the incoming pod once, not once per pod holding it.
+    """
+    _cache_changelog()
+    from kscheduler.framework.status import Status
+    from kscheduler.plugins import inter_pod_affinity as ipa
+
+    original = ipa.InterPodAffinity.pre_filter
+
+    def existing_contribution(ni: Any) -> Contribution:
+        node = ni.node
+        if node is None or not ni.pods_with_required_anti_affinity:
+            return {}
+        labels = node.labels
+        out: Contribution = {}
+        for other in ni.pods_with_required_anti_affinity.values():
+            for t in other.required_anti_affinity:
+                value = labels.get(t.topology_key)
+                if value is not None:
+                    per = out.get(t)
+                    if per is None:
+                        per = out[t] = {}
+                    pair = (t.topology_key, value)
+                    per[pair] = per.get(pair, 0) + 1
+        return out
+
+    def pre_filter(
+        self: ipa.InterPodAffinity, state: Any, pod: Any, nodes: Sequence[Any]
+    ) -> tuple[Any, Any]:
+        snapshot = self._handle.snapshot
+        cache = getattr(snapshot, "_cache", None)
+        if cache is None or nodes is not snapshot.node_infos():
+            return original(self, state, pod, nodes)
+        namespaces = ipa._Namespaces(self._handle)
+        affinity = ipa._resolve(pod.required_affinity, namespaces)
+        anti = ipa._resolve(pod.required_anti_affinity, namespaces)
+        ns_labels = namespaces.labels_of(pod.namespace)
+
+        ex = _aggregate(self, "existing-anti-affinity")
+        ex.refresh(cache, nodes, existing_contribution)
+        existing: dict[Any, int] = {}
+        for term, pairs in ex.totals.items():
+            if ipa._existing_term_matches(term, pod, ns_labels):
+                if not existing:
+                    existing = dict(pairs)
+                else:
+                    for pair, n in pairs.items():
+                        existing[pair] = existing.get(pair, 0) + n
+
+        affinity_counts: dict[Any, int] = {}
+        anti_counts: dict[Any, int] = {}
+        if affinity:
+
+            def affinity_contribution(ni: Any) -> Contribution:
+                labels = ni.node.labels
+                per: dict[Any, int] = {}
+                for other in ni.pods.values():
+                    if ipa._matches_all(affinity, other):
+                        for rt in affinity:
+                            value = labels.get(rt.topology_key)
+                            if value is not None:
+                                pair = (rt.topology_key, value)
+                                per[pair] = per.get(pair, 0) + 1
+                return {0: per} if per else {}
+
+            agg = _aggregate(self, ("affinity", affinity))
+            agg.refresh(cache, nodes, affinity_contribution)
+            affinity_counts = dict(agg.totals.get(0, {}))
+        if anti:
+
+            def anti_contribution(ni: Any) -> Contribution:
+                labels = ni.node.labels
+                per: dict[Any, int] = {}
+                for other in ni.pods.values():
+                    for rt in anti:
+                        value = labels.get(rt.topology_key)
+                        if value is not None and rt.matches(other):
+                            pair = (rt.topology_key, value)
+                            per[pair] = per.get(pair, 0) + 1
+                return {0: per} if per else {}
+
+            agg = _aggregate(self, ("anti", anti))
+            agg.refresh(cache, nodes, anti_contribution)
+            anti_counts = dict(agg.totals.get(0, {}))
+
+        if not existing and not affinity and not anti:
+            return None, Status.skip()
+        state.write(
+            ipa.PRE_FILTER_KEY,
+            ipa.FilterState(
+                affinity,
+                anti,
+                ns_labels,
+                existing,
+                affinity_counts,
+                anti_counts,
+                ipa._matches_all(affinity, pod),
+            ),
+        )
+        return None, None
+
+    ipa.InterPodAffinity.pre_filter = pre_filter  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- gc

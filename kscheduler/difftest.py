@@ -37,7 +37,7 @@ Scenario format::
       second: {bound: false, messageContains: "Insufficient cpu"}
       preemptor: {bound: true, victims: [old]}
       other: {sameNode: true}            # no fixed node, but both runs must agree
-      flaky: {bound: false, messageMayDiffer: "why the wording may differ"}
+      worded: {bound: false, messageMayDiffer: "why the wording may differ"}
     schedulerStartsAfterPods: false     # true: all pods exist before the scheduler starts
     settleSeconds: 2                    # quiet time that ends a run
     timeoutSeconds: 60
@@ -52,7 +52,8 @@ for ``settleSeconds``.
 
 Run ``python -m kscheduler.difftest SCENARIO.yaml|DIR ...`` to play scenarios on
 a fresh control plane and print the report; the exit status is 1 when a scenario
-differs or breaks one of its expectations.
+differs or breaks one of its expectations (a ``knownDifference`` scenario fails
+when it agrees instead).
 """
 
 from __future__ import annotations
@@ -308,7 +309,7 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         if exp.node is not None and exp.node not in node_names:
             raise ScenarioError(f"{where}.node: no such node {exp.node!r}")
         expect[str(pod_name)] = exp
-    known = f.string("knownDifference")
+    known = (f.string("knownDifference") or "").strip() or None
     settle = float(f.get("settleSeconds", (int, float), DEFAULT_SETTLE_SECONDS))
     timeout = float(f.get("timeoutSeconds", (int, float), DEFAULT_TIMEOUT_SECONDS))
     return Scenario(
@@ -777,16 +778,16 @@ async def running_kscheduler(
     app = SchedulerApp(cfg, registry, kube, Options(leader_elect=False, shutdown_grace=10))
     stop = asyncio.Event()
     task = asyncio.create_task(app.run(stop), name="kscheduler-under-test")
+    synced = asyncio.create_task(app.synced.wait(), name="kscheduler-synced")
     try:
         async with asyncio.timeout(sync_timeout):
-            synced = asyncio.create_task(app.synced.wait())
             done, _ = await asyncio.wait({synced, task}, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
-                task.result()
-                raise RuntimeError("kscheduler stopped before its caches synced")
-            synced.cancel()
+        if task in done:
+            task.result()
+            raise RuntimeError("kscheduler stopped before its caches synced")
         yield app
     finally:
+        synced.cancel()
         stop.set()
         try:
             async with asyncio.timeout(30):

@@ -314,7 +314,6 @@ class HTTPExtender:
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.http_timeout),
-                json_serialize=lambda o: orjson.dumps(o).decode(),
             )
         return self._session
 

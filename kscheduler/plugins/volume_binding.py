@@ -13,7 +13,7 @@ PreFilter
 
 Filter (all rejections UnschedulableAndUnresolvable, several reasons possible)
     Bound claims: the PV must exist ("... bound to non-existent pv(s)") and its
-    ``spec.nodeAffinity`` must match the node ("volume node affinity conflict").
+    ``spec.nodeAffinity`` must match the node ("didn't match PersistentVolume's node affinity").
     Delayed claims, smallest request first: a claim already given a node
     (``volume.kubernetes.io/selected-node``) fits only that node; otherwise the
     smallest matching volume is chosen (one pre-bound to the claim wins at once):
@@ -86,7 +86,7 @@ DEFAULT_BIND_TIMEOUT_SECONDS = 600
 POLL_INTERVAL_SECONDS = 1.0
 
 ERR_REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
-ERR_REASON_NODE_CONFLICT = "node(s) had volume node affinity conflict"
+ERR_REASON_NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 ERR_REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
 ERR_REASON_PV_NOT_EXIST = (
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"

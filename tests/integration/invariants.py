@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from collections import Counter
@@ -108,9 +109,7 @@ def _holds_resources(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
 
 
-def overcommits(
-    pods: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]]
-) -> list[str]:
+def overcommits(pods: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]]) -> list[str]:
     """Nodes whose bound pods request more than the node has, from one listing."""
     alloc = {str(_meta(n).get("name")): node_allocatable(n) for n in nodes}
     used: dict[str, dict[str, int]] = {}
@@ -125,8 +124,9 @@ def overcommits(
     for node, u in sorted(used.items()):
         for res, amount in sorted(u.items()):
             if amount > alloc[node].get(res, 0):
-                out.append(f"node {node}: {res} requested {amount} > allocatable "
-                           f"{alloc[node].get(res, 0)}")  # fmt: skip
+                out.append(
+                    f"node {node}: {res} requested {amount} > allocatable {alloc[node].get(res, 0)}"
+                )
     return out
 
 
@@ -475,8 +475,10 @@ def cache_diff(
     api_nodes = {str(_meta(n).get("name")) for n in nodes}
     cache_nodes = {name for name, ni in app.cache.nodes.items() if ni.node is not None}
     if cache_nodes != api_nodes:
-        out.append(f"nodes: cache has {sorted(cache_nodes - api_nodes)} extra, "
-                   f"misses {sorted(api_nodes - cache_nodes)}")  # fmt: skip
+        out.append(
+            f"nodes: cache has {sorted(cache_nodes - api_nodes)} extra, "
+            f"misses {sorted(api_nodes - cache_nodes)}"
+        )
     names = set(scheduler_names)
     bound: dict[str, dict[str, str]] = {}
     milli: dict[str, int] = {}
@@ -499,15 +501,19 @@ def cache_diff(
             missing = [bound[name][u] for u in want - have]
             out.append(f"node {name}: cache holds extra {sorted(extra)}, misses {sorted(missing)}")
         elif ni is not None and ni.requested.milli_cpu != milli.get(name, 0):
-            out.append(f"node {name}: cache accounts {ni.requested.milli_cpu}m cpu, "
-                       f"the bound pods request {milli.get(name, 0)}m")  # fmt: skip
+            out.append(
+                f"node {name}: cache accounts {ni.requested.milli_cpu}m cpu, "
+                f"the bound pods request {milli.get(name, 0)}m"
+            )
     assumed = [p.key for p in app.cache.assumed_pods()]
     if assumed:
         out.append(f"still assumed: {sorted(assumed)}")
     queued = {qp.pod.uid: qp.pod.key for _, qp in app.queue.pending()}
     if set(queued) != set(pending):
-        out.append(f"queue: holds extra {sorted(queued[u] for u in set(queued) - set(pending))}, "
-                   f"misses {sorted(pending[u] for u in set(pending) - set(queued))}")  # fmt: skip
+        out.append(
+            f"queue: holds extra {sorted(queued[u] for u in set(queued) - set(pending))}, "
+            f"misses {sorted(pending[u] for u in set(pending) - set(queued))}"
+        )
     return out
 
 
@@ -557,7 +563,7 @@ def retry_gaps(
     for e in sorted(exchanges, key=lambda e: e.at):
         by_key.setdefault(e.key, []).append(e)
     for seq in by_key.values():
-        for cur, nxt in zip(seq, seq[1:], strict=False):
+        for cur, nxt in itertools.pairwise(seq):
             if not cur.fault:
                 continue
             gap = nxt.at - cur.at

@@ -4,51 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kscheduler.app import Options, SchedulerApp
-from kscheduler.config import load_config
-from kscheduler.controlplane.harness import ControlPlane
-from kscheduler.kube import KubeClient
-from kscheduler.plugins import in_tree_registry
+from kscheduler.difftest import running_kscheduler
 
 SCHEDULER = "kscheduler"
 
-
-@asynccontextmanager
-async def running_kscheduler(
-    cp: ControlPlane,
-    config: str = "",
-    *,
-    kubeconfig: str | None = None,
-    qps: float = -1,
-    burst: int = 1000,
-) -> AsyncIterator[SchedulerApp]:
-    registry = in_tree_registry()
-    cfg = load_config(config, registry=registry)
-    kube = await KubeClient.from_kubeconfig(
-        kubeconfig or str(cp.scheduler_kubeconfig), qps=qps, burst=burst, pool_size=80
-    )
-    app = SchedulerApp(cfg, registry, kube, Options(leader_elect=False, shutdown_grace=10))
-    stop = asyncio.Event()
-    task = asyncio.create_task(app.run(stop), name="kscheduler-under-test")
-    try:
-        async with asyncio.timeout(30):
-            synced = asyncio.create_task(app.synced.wait())
-            done, _ = await asyncio.wait({synced, task}, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
-                task.result()
-                raise RuntimeError("kscheduler stopped before its caches synced")
-        yield app
-    finally:
-        stop.set()
-        try:
-            async with asyncio.timeout(30):
-                await task
-        finally:
-            await kube.close()
+__all__ = ["SCHEDULER", "running_kscheduler", "wait_for"]
 
 
 async def wait_for(

@@ -18,6 +18,10 @@ How each fault is injected:
    ``--watch-cache=false``, so watches are served from etcd and resuming from a
    compacted resourceVersion is answered 410: the informers must relist, and
    what was deleted while they were cut off must leave the cache.
+   Known gap (the xfail test): each informer reconnects on its own backoff, and the
+   scheduling loop does not wait for the nodes informer: when the pods watch comes
+   back first, pods are bound to nodes deleted during the partition, which the
+   apiserver accepts (kube-scheduler behaves the same; PodGC cleans up after it).
 3. bind races: the scheduler's bind call (``app.client.bind``) is wrapped so
    a chosen pod's bind is held in flight while the test deletes the pod, deletes
    the node it was assumed on, or binds it elsewhere with another client.
@@ -97,7 +101,6 @@ from tests.integration.invariants import (
     LogWatch,
     cache_diff,
     json_log_entries,
-    overcommits,
     peak_rate,
     retry_gaps,
 )
@@ -312,9 +315,18 @@ async def create_retrying(rest: RestClient, ns: str, pods: Iterable[JSON]) -> No
 # --------------------------------------------------------------------------- the proxy
 
 _HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-     "upgrade", "host", "content-length"}
-)  # fmt: skip
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 #: Query parameters that change from one retry of a request to the next.
 _VOLATILE = frozenset({"resourceVersion", "timeoutSeconds", "continue", "allowWatchBookmarks"})
 
@@ -552,7 +564,9 @@ async def test_apiserver_restart_mid_workload(
     names = [f"p-{i:03d}" for i in range(119)]
     before, during = names[:60], names[60:]
     async with environment(cp) as env, scheduler(cp, monkeypatch) as s:
-        await create_nodes(env.rest, [make_node(f"r-{i}", cpu="4", memory="16Gi") for i in range(6)])
+        await create_nodes(
+            env.rest, [make_node(f"r-{i}", cpu="4", memory="16Gi") for i in range(6)]
+        )
         await create_pods(env.rest, [pod(n, env.ns) for n in before])
 
         async def some_bound() -> bool:
@@ -561,7 +575,9 @@ async def test_apiserver_restart_mid_workload(
 
         await wait_for(some_bound, timeout=60, interval=0.05, what="part of the workload bound")
         # the rest arrives while the apiserver goes down and comes back
-        producer = asyncio.create_task(create_retrying(env.rest, env.ns, [pod(n, env.ns) for n in during]))
+        producer = asyncio.create_task(
+            create_retrying(env.rest, env.ns, [pod(n, env.ns) for n in during])
+        )
         stopped = time.monotonic()
         await cp.arestart_apiserver(graceful=graceful)
         ready = time.monotonic()
@@ -647,8 +663,9 @@ async def test_partition_then_compaction_gives_410_and_the_cache_converges(
             # pods created meanwhile that only the new node can take: they are bound once
             # the scheduler has relisted the nodes, whichever informer comes back first
             fresh = [f"b-{i:02d}" for i in range(5)]
-            await create_pods(env.rest, [pod(n, env.ns, node_selector={"fresh": "yes"})
-                                         for n in fresh])  # fmt: skip
+            await create_pods(
+                env.rest, [pod(n, env.ns, node_selector={"fresh": "yes"}) for n in fresh]
+            )
             revision = await etcd_compact(cp.etcd_endpoint)
             await asyncio.sleep(1.0)
             healed = time.monotonic()
@@ -794,9 +811,13 @@ async def _uid(rest: RestClient, ns: str, name: str) -> str:
 async def _bind_with_another_client(rest: RestClient, ns: str, name: str, node: str) -> None:
     await rest.post(
         f"{pods_path(ns)}/{name}/binding",
-        {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-         "target": {"kind": "Node", "name": node}},
-    )  # fmt: skip
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"kind": "Node", "name": node},
+        },
+    )
 
 
 async def _ended(s: Sched, name: str) -> bool:
@@ -808,9 +829,10 @@ async def test_pod_deleted_while_its_bind_is_in_flight(
     control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = Gate("victim")
-    async with environment(control_plane) as env, scheduler(
-        control_plane, monkeypatch, hook=gate
-    ) as s:
+    async with (
+        environment(control_plane) as env,
+        scheduler(control_plane, monkeypatch, hook=gate) as s,
+    ):
         try:
             await create_nodes(env.rest, [make_node(f"d-{i}", cpu="2") for i in range(2)])
             await create_pods(env.rest, [pod("victim", env.ns, cpu="1")])
@@ -859,9 +881,10 @@ async def test_node_deleted_after_assume_the_bind_lands_on_the_missing_node(
     controller recreates them). The scheduler must keep it accounted on a node-less
     entry, place nothing else there, and drop the entry once the pod is gone."""
     gate = Gate("p")
-    async with environment(control_plane) as env, scheduler(
-        control_plane, monkeypatch, hook=gate
-    ) as s:
+    async with (
+        environment(control_plane) as env,
+        scheduler(control_plane, monkeypatch, hook=gate) as s,
+    ):
         try:
             await create_nodes(env.rest, [make_node(f"m-{i}", cpu="2") for i in range(2)])
             await create_pods(env.rest, [pod("p", env.ns, cpu="1")])
@@ -930,9 +953,10 @@ async def test_node_deleted_after_assume_and_the_bind_refused_requeues_elsewhere
                 path=f"/api/v1/namespaces/{p.namespace}/pods/{p.name}/binding",
             )
 
-    async with environment(control_plane) as env, scheduler(
-        control_plane, monkeypatch, hook=hook
-    ) as s:
+    async with (
+        environment(control_plane) as env,
+        scheduler(control_plane, monkeypatch, hook=hook) as s,
+    ):
         try:
             await create_nodes(env.rest, [make_node(f"m-{i}", cpu="2") for i in range(2)])
             await create_pods(env.rest, [pod("p", env.ns, cpu="1")])
@@ -975,9 +999,10 @@ async def test_bind_answered_with_a_conflict(
     sees that binding before its own bind gets its 409; conflict-first: its pod watch
     lags (held back by the test) and the 409 comes first."""
     gate = Gate("p")
-    async with environment(control_plane) as env, scheduler(
-        control_plane, monkeypatch, hook=gate
-    ) as s:
+    async with (
+        environment(control_plane) as env,
+        scheduler(control_plane, monkeypatch, hook=gate) as s,
+    ):
         watch = HeldWatch(s.informer("pods"), monkeypatch)
         try:
             await create_nodes(env.rest, [make_node(f"c-{i}", cpu="2") for i in range(2)])
@@ -1050,7 +1075,9 @@ async def _throttled_workload(
     """8 nodes, 160 pods through a proxy that injects ``faults`` once the scheduler synced."""
     async with FaultProxy(cp, faults) as proxy, environment(cp) as env:
         kubeconfig = proxy.kubeconfig(cp.scheduler_token, tmp_path / "proxied.kubeconfig")
-        await create_nodes(env.rest, [make_node(f"t-{i}", cpu="4", memory="16Gi") for i in range(8)])
+        await create_nodes(
+            env.rest, [make_node(f"t-{i}", cpu="4", memory="16Gi") for i in range(8)]
+        )
         async with scheduler(cp, monkeypatch, kubeconfig=kubeconfig) as s:
             faults.enabled = True
             began = time.monotonic()
@@ -1089,7 +1116,9 @@ async def _throttled_workload(
                 # every request kind retried at most once per Retry-After during the storm
                 keys = len({e.key for e in in_storm})
                 assert len(in_storm) <= keys * (storm / faults.retry_after + 2), (
-                    len(in_storm), keys)  # fmt: skip
+                    len(in_storm),
+                    keys,
+                )
 
 
 async def test_throttling_429_is_retried_after_retry_after(
@@ -1118,10 +1147,18 @@ async def test_5xx_and_lost_bind_answers(
 def _affinity(operator: str, value: str, *, preferred: bool = False) -> JSON:
     term = {"matchExpressions": [{"key": "rank", "operator": operator, "values": [value]}]}
     if preferred:
-        return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 1, "preference": term}]}}  # fmt: skip
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term]}}}  # fmt: skip
+        return {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": term}
+                ]
+            }
+        }
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
 
 
 def _with_spec(body: JSON, **spec: Any) -> JSON:
@@ -1134,21 +1171,37 @@ REJECTED: dict[str, tuple[Callable[[str], JSON], int, str]] = {
     "unparseable quantity": (lambda ns: pod("x", ns, cpu="1.5.5"), 400, "quantities must match"),
     "negative quantity": (lambda ns: pod("x", ns, cpu="-1"), 422, "greater than or equal to 0"),
     "fractional extended resource": (
-        lambda ns: pod("x", ns, extended={"example.com/gpu": "0.5"}), 422, "must be an integer"),
+        lambda ns: pod("x", ns, extended={"example.com/gpu": "0.5"}),
+        422,
+        "must be an integer",
+    ),
     "toleration operator": (
-        lambda ns: pod("x", ns, tolerations=[{"key": "k", "operator": "Maybe"}]), 422,
-        "spec.tolerations[0].operator"),
+        lambda ns: pod("x", ns, tolerations=[{"key": "k", "operator": "Maybe"}]),
+        422,
+        "spec.tolerations[0].operator",
+    ),
     "node affinity operator": (
-        lambda ns: pod("x", ns, affinity=_affinity("Near", "1")), 422,
-        "not a valid selector operator"),
+        lambda ns: pod("x", ns, affinity=_affinity("Near", "1")),
+        422,
+        "not a valid selector operator",
+    ),
     "label value over 63 bytes": (
-        lambda ns: pod("x", ns, labels={"k": "v" * 64}), 422, "must be no more than 63"),
+        lambda ns: pod("x", ns, labels={"k": "v" * 64}),
+        422,
+        "must be no more than 63",
+    ),
     "annotations over 256 KiB": (
-        lambda ns: pod("x", ns, annotations={"k": "v" * (256 * 1024)}), 422, "Too long"),
+        lambda ns: pod("x", ns, annotations={"k": "v" * (256 * 1024)}),
+        422,
+        "Too long",
+    ),
     "host port out of range": (lambda ns: pod("x", ns, host_port=70000), 422, "hostPort"),
     "spec.priority without its class": (
-        lambda ns: _with_spec(pod("x", ns), priority=5), 403, "must not be provided"),
-}  # fmt: skip
+        lambda ns: _with_spec(pod("x", ns), priority=5),
+        403,
+        "must not be provided",
+    ),
+}
 
 
 async def test_the_apiserver_stops_most_malformed_pods(
@@ -1173,28 +1226,38 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
 ) -> None:
     async with environment(control_plane) as env, scheduler(control_plane, monkeypatch) as s:
         ns = env.ns
-        await create_nodes(env.rest, [make_node(f"v-{i}", cpu="4", memory="16Gi") for i in range(2)])
+        await create_nodes(
+            env.rest, [make_node(f"v-{i}", cpu="4", memory="16Gi") for i in range(2)]
+        )
         good = [f"good-{i}" for i in range(6)]
         big = ["big-annotation", "many-labels", "unknown-field"]
         bad = {
             # the apiserver does not check that Gt/Lt values are integers
             "gt-not-a-number": (_affinity("Gt", "x"), "'x' is not an integer"),
-            "lt-fraction-preferred": (_affinity("Lt", "1.5", preferred=True),
-                                      "'1.5' is not an integer"),
-        }  # fmt: skip
+            "lt-fraction-preferred": (
+                _affinity("Lt", "1.5", preferred=True),
+                "'1.5' is not an integer",
+            ),
+        }
         await create_pods(env.rest, [pod(n, ns) for n in good])
-        await create_pods(env.rest, [
-            pod("big-annotation", ns, annotations={"blob": "x" * (200 * 1024)}),
-            pod("many-labels", ns, labels={f"k{i:02d}": "v" * 63 for i in range(60)}),
-            *[pod(n, ns, affinity=aff) for n, (aff, _) in bad.items()],
-            pod("absurd-cpu", ns, cpu="1e30"),
-            _with_spec(pod("missing-claim", ns), volumes=[
-                {"name": "data", "persistentVolumeClaim": {"claimName": "nope"}}]),
-        ])  # fmt: skip
+        await create_pods(
+            env.rest,
+            [
+                pod("big-annotation", ns, annotations={"blob": "x" * (200 * 1024)}),
+                pod("many-labels", ns, labels={f"k{i:02d}": "v" * 63 for i in range(60)}),
+                *[pod(n, ns, affinity=aff) for n, (aff, _) in bad.items()],
+                pod("absurd-cpu", ns, cpu="1e30"),
+                _with_spec(
+                    pod("missing-claim", ns),
+                    volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "nope"}}],
+                ),
+            ],
+        )
         await env.rest.post(
-            pods_path(ns), _with_spec(pod("unknown-field", ns), bogusField=1),
+            pods_path(ns),
+            _with_spec(pod("unknown-field", ns), bogusField=1),
             {"fieldValidation": "Ignore"},
-        )  # fmt: skip
+        )
         await wait_bound(env.rest, ns, [*good, *big])
 
         async def reported(name: str, text: str) -> JSON | None:
@@ -1223,9 +1286,14 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
         # refuses such quantities): it is left out until a good version arrives
         nodes = s.informer("nodes")
         raw = await env.rest.get("/api/v1/nodes/v-1")
-        corrupt = {**raw, "metadata": {**raw["metadata"], "resourceVersion": "999999999"},
-                   "status": {**raw["status"], "allocatable": {
-                       **raw["status"]["allocatable"], "cpu": "lots"}}}  # fmt: skip
+        corrupt = {
+            **raw,
+            "metadata": {**raw["metadata"], "resourceVersion": "999999999"},
+            "status": {
+                **raw["status"],
+                "allocatable": {**raw["status"]["allocatable"], "cpu": "lots"},
+            },
+        }
         nodes.apply("MODIFIED", corrupt)
         assert s.app.snapshot.get("v-1") is None
         assert "status.allocatable.cpu" in s.app.handlers.bad_nodes["v-1"]
@@ -1243,8 +1311,9 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
         await wait_for(back, what="the node back once a good version arrived")
 
         # absurd but valid quantities parse: a node as large as the pod
-        await create_nodes(env.rest, [make_node("vast", cpu="1e30", extended={
-            "example.com/gpu": "1e30"})])  # fmt: skip
+        await create_nodes(
+            env.rest, [make_node("vast", cpu="1e30", extended={"example.com/gpu": "1e30"})]
+        )
         await wait_bound(env.rest, ns, ["absurd-cpu"])
         after = [f"after-{i}" for i in range(4)]
         await create_pods(env.rest, [pod(n, ns) for n in after])
@@ -1265,48 +1334,88 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
         assert pending >= {*bad, "missing-claim"}, pending
 
 
+async def test_an_unschedulable_pod_waits_for_a_relevant_event(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing changes in the cluster after the first attempt: no second attempt (the
+    scheduler's own PodScheduled=False write is an update of the pod, not a change)."""
+    async with environment(control_plane) as env, scheduler(control_plane, monkeypatch) as s:
+        await create_nodes(env.rest, [make_node(f"u-{i}", cpu="2") for i in range(2)])
+        await create_pods(env.rest, [pod("too-big", env.ns, cpu="8")])
+
+        async def reported() -> bool:
+            return pod_condition((await pods_by_name(env.rest, env.ns))["too-big"]) is not None
+
+        await wait_for(reported, what="PodScheduled=False on the pod")
+        await asyncio.sleep(4.0)  # several times the 1 s backoff of a first failure
+        attempts = len(s.logs.events("unschedulable", pod=f"{env.ns}/too-big"))
+        FIGURES.record("unschedulable pod left alone", attempts_without_a_change=attempts)
+        assert attempts == 1, f"{attempts} attempts while nothing changed"
+
+
 def _config(body: str) -> str:
     return f"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{body}"
 
 
 BAD_CONFIGS = {
     "unknown field": (_config("colour: blue\n"), "colour: unknown field"),
-    "wrong type": (_config("parallelism: many\n"), 'parallelism: expected integer, got string "many"'),
+    "wrong type": (
+        _config("parallelism: many\n"),
+        'parallelism: expected integer, got string "many"',
+    ),
     "unknown plugin": (
-        _config("profiles:\n- schedulerName: x\n  plugins:\n    score:\n      enabled:\n"
-                "      - name: NoSuchPlugin\n"),
-        'profiles[0].plugins.score.enabled[0].name: unknown plugin "NoSuchPlugin"'),
+        _config(
+            "profiles:\n- schedulerName: x\n  plugins:\n    score:\n      enabled:\n"
+            "      - name: NoSuchPlugin\n"
+        ),
+        'profiles[0].plugins.score.enabled[0].name: unknown plugin "NoSuchPlugin"',
+    ),
     "bad duration": (
         _config("leaderElection:\n  leaseDuration: 15parsecs\n"),
-        'leaderElection.leaseDuration: unknown unit "parsecs"'),
+        'leaderElection.leaseDuration: unknown unit "parsecs"',
+    ),
     "bad plugin args": (
-        _config("profiles:\n- schedulerName: x\n  pluginConfig:\n  - name: NodeResourcesFit\n"
-                "    args:\n      scoringStrategy:\n        type: Cheapest\n"),
-        "profiles[0].pluginConfig[0].args.scoringStrategy.type: unsupported value"),
+        _config(
+            "profiles:\n- schedulerName: x\n  pluginConfig:\n  - name: NodeResourcesFit\n"
+            "    args:\n      scoringStrategy:\n        type: Cheapest\n"
+        ),
+        "profiles[0].pluginConfig[0].args.scoringStrategy.type: unsupported value",
+    ),
     "negative qps type": (
-        _config("clientConnection:\n  burst: lots\n"), "clientConnection.burst: expected integer"),
+        _config("clientConnection:\n  burst: lots\n"),
+        "clientConnection.burst: expected integer",
+    ),
     "old apiVersion": (
         "apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: KubeSchedulerConfiguration\n",
-        "apiVersion: unsupported"),
+        "apiVersion: unsupported",
+    ),
     "not YAML": ("profiles: [\n", "YAML syntax error"),
-}  # fmt: skip
+}
 
 BAD_FLAGS = {
     "negative port": (["--port", "-1"], "argument --port: port must be within 0..65535, got -1"),
     "unknown flag": (["--colour", "blue"], "unrecognized arguments: --colour"),
     "not a bool": (["--leader-elect", "maybe"], "argument --leader-elect: expected true or false"),
-    "zero bind concurrency": (["--bind-concurrency", "0"], "--bind-concurrency: must be at least 1"),
+    "zero bind concurrency": (
+        ["--bind-concurrency", "0"],
+        "--bind-concurrency: must be at least 1",
+    ),
     "negative grace": (["--shutdown-grace", "-1"], "--shutdown-grace: must not be negative"),
     "not a number": (["--bind-concurrency", "x"], "argument --bind-concurrency: invalid int value"),
-}  # fmt: skip
+}
 
 
 def _run_kscheduler(args: list[str]) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KUBECONFIG": "/nonexistent"}  # it must fail before connecting
     return subprocess.run(
         [sys.executable, "-m", "kscheduler", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("case", list(BAD_CONFIGS))
@@ -1333,3 +1442,246 @@ def test_bad_flags_exit_2_naming_the_flag(case: str) -> None:
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert expected in done.stderr, done.stderr
     assert done.stderr.startswith("usage: kscheduler"), done.stderr
+
+
+# --------------------------------------------------------------------------- 6. soak
+
+SOAK_SECONDS = float(os.environ.get("KSCHEDULER_SOAK_SECONDS", "300"))
+#: Only a run this long says something about the slope; shorter ones still report it.
+SOAK_MIN_FOR_SLOPE = 240.0
+#: A generous bound: the scheduler keeps bounded records (10000 attempt records, event
+#: series for 6 minutes), so a 5-minute run may still grow a little while they fill.
+SOAK_MAX_SLOPE_MB_PER_MIN = 8.0
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def slope_per_minute(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MB) samples, in MB per minute."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    mt = sum(t for t, _ in samples) / n
+    mv = sum(v for _, v in samples) / n
+    var = sum((t - mt) ** 2 for t, _ in samples)
+    if var == 0:
+        return 0.0
+    return 60.0 * sum((t - mt) * (v - mv) for t, v in samples) / var
+
+
+@dataclass
+class Churn:
+    rest: RestClient
+    ns: str
+    scheduler_name: str
+    rng: random.Random
+    live: dict[str, bool] = field(default_factory=dict)
+    """pod name -> True when it is too large for any node (stays pending)."""
+    nodes: list[str] = field(default_factory=list)
+    created: int = 0
+    deleted: int = 0
+    nodes_replaced: int = 0
+    orphans_collected: int = 0
+    next_node: int = 0
+
+    def make_node(self) -> JSON:
+        name = f"soak-n-{self.next_node:04d}"
+        self.next_node += 1
+        self.nodes.append(name)
+        return make_node(name, cpu="8", memory="32Gi", pods=110)
+
+    async def delete_pods(self, names: list[str]) -> None:
+        async def one(name: str) -> None:
+            try:
+                await self.rest.delete(f"{pods_path(self.ns)}/{name}", {"gracePeriodSeconds": 0})
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+            self.live.pop(name, None)
+
+        await run_bounded(names, one, concurrency=16)
+        self.deleted += len(names)
+
+    async def add_pods(self, count: int) -> None:
+        batch = []
+        for _ in range(count):
+            name = f"s-{self.created:06d}"
+            self.created += 1
+            big = self.rng.random() < 0.04
+            cpu = "64" if big else f"{self.rng.choice([50, 100, 150, 200, 250])}m"
+            batch.append(
+                make_pod(name, self.ns, cpu=cpu, memory="64Mi", scheduler_name=self.scheduler_name)
+            )
+            self.live[name] = big
+        await create_pods(self.rest, batch)
+
+    async def collect_orphans(self) -> None:
+        """Delete pods bound to nodes that are gone, as PodGC does."""
+        existing = set(self.nodes)
+        gone = [
+            p["metadata"]["name"]
+            for p in await self.rest.list(pods_path(self.ns))
+            if node_of(p) and node_of(p) not in existing
+        ]
+        if gone:
+            self.orphans_collected += len(gone)
+            await self.delete_pods(gone)
+
+    async def replace_node(self) -> None:
+        victim = self.rng.choice(self.nodes)
+        self.nodes.remove(victim)
+        await self.rest.delete(f"/api/v1/nodes/{victim}")
+        await create_nodes(self.rest, [self.make_node()])
+        self.nodes_replaced += 1
+        await self.collect_orphans()
+
+
+@pytest.mark.slow
+async def test_soak_with_churn(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    duration = SOAK_SECONDS
+    name = "soak"
+    config = tmp_path / "soak.yaml"
+    config.write_text(
+        _config(f"leaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n")
+    )
+    log_path = tmp_path / "kscheduler-soak.log"
+    async with ControlPlane() as cp, cp.client() as rest:
+        ns = "soak"
+        await create_namespace(rest, ns)
+        churn = Churn(rest, ns, name, random.Random(7))
+        await create_nodes(rest, [churn.make_node() for _ in range(12)])
+        proc = ManagedProcess(
+            "kscheduler-soak",
+            [
+                sys.executable,
+                "-m",
+                "kscheduler",
+                "--config",
+                str(config),
+                "--kubeconfig",
+                str(cp.scheduler_kubeconfig),
+                "--port",
+                "0",
+                "--log-format",
+                "json",
+            ],
+            log_path,
+            cwd=REPO,
+        )
+        proc.start()
+        try:
+            async with ClusterMonitor.running(cp.admin_kubeconfig) as monitor:
+
+                async def synced() -> bool:
+                    assert proc.alive(), proc.log_tail()
+                    return any(
+                        e.get("event") == "caches synced" for e in json_log_entries(log_path)
+                    )
+
+                await wait_for(synced, timeout=60, what="kscheduler to sync")
+                assert proc.pid is not None
+                pid = proc.pid
+                began = time.monotonic()
+                samples: list[tuple[float, float]] = []
+                crashed: list[str] = []
+
+                async def sample() -> None:
+                    while True:
+                        mb = rss_mb(pid)
+                        if mb is None or not proc.alive():
+                            crashed.append(f"exited with {proc.returncode}")
+                            return
+                        samples.append((time.monotonic() - began, mb))
+                        await asyncio.sleep(2.0)
+
+                sampler = asyncio.create_task(sample())
+                next_node_change = began + 20.0
+                while time.monotonic() - began < duration and not crashed:
+                    tick = time.monotonic()
+                    await churn.add_pods(8)
+                    if len(churn.live) > 400:
+                        await churn.delete_pods(list(churn.live)[: len(churn.live) - 400])
+                    if tick >= next_node_change:
+                        await churn.replace_node()
+                        next_node_change = tick + 20.0
+                    await asyncio.sleep(max(0.0, 0.5 - (time.monotonic() - tick)))
+                churned = time.monotonic() - began
+                await churn.collect_orphans()
+                wanted = [n for n, big in churn.live.items() if not big]
+                too_big = [n for n, big in churn.live.items() if big]
+                await wait_bound(rest, ns, wanted, timeout=180)
+
+                async def big_reported() -> bool:
+                    got = await pods_by_name(rest, ns)
+                    return all(pod_condition(got[n]) for n in too_big)
+
+                await wait_for(big_reported, timeout=60, what="the too-big pods reported")
+                converged = time.monotonic() - began - churned
+                await asyncio.sleep(2.0)
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
+                final = await monitor.final_check()
+                entries = json_log_entries(log_path)
+                bound = Counter(str(e.get("pod")) for e in entries if e.get("event") == "bound")
+                errors = [e for e in entries if e.get("level") in ("error", "critical")]
+                second_half = [s for s in samples if s[0] >= samples[-1][0] / 2] if samples else []
+                slope = slope_per_minute(second_half)
+                got = await pods_by_name(rest, ns)
+                lost = [n for n in wanted if not node_of(got.get(n))]
+                figures = {
+                    "duration_s": round(churned, 1),
+                    "converged_after_churn_s": round(converged, 1),
+                    "pods_created": churn.created,
+                    "pods_deleted": churn.deleted,
+                    "nodes_replaced": churn.nodes_replaced,
+                    "orphans_collected": churn.orphans_collected,
+                    "binds_logged": sum(bound.values()),
+                    "pods_lost": len(lost),
+                    "double_binds": sum(1 for n in bound.values() if n > 1)
+                    + monitor.double_binds(),
+                    "overcommits": monitor.overcommits(),
+                    "errors_logged": len(errors),
+                    "rss_samples": len(samples),
+                    "rss_start_mb": round(samples[0][1], 1) if samples else None,
+                    "rss_end_mb": round(samples[-1][1], 1) if samples else None,
+                    "rss_max_mb": round(max(v for _, v in samples), 1) if samples else None,
+                    "rss_slope_second_half_mb_per_min": round(slope, 3),
+                }
+                FIGURES.record(
+                    "soak with churn",
+                    faults=churn.nodes_replaced,
+                    pods=churn.created,
+                    lost=len(lost),
+                    **figures,
+                )
+                out = REPO / "bench-results" / f"soak-{time.strftime('%Y%m%d-%H%M%S')}.json"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(
+                    orjson.dumps({**figures, "rss": samples}, option=orjson.OPT_INDENT_2).decode()
+                )
+                capman = request.config.pluginmanager.getplugin("capturemanager")
+                text = "soak figures: " + ", ".join(f"{k}={v}" for k, v in figures.items())
+                if capman is not None:
+                    with capman.global_and_fixture_disabled():
+                        print(f"\n{text}\n  (written to {out})")
+                assert not crashed, crashed
+                assert proc.alive(), proc.log_tail()
+                monitor.assert_ok()
+                assert not final, final
+                assert not [k for k, n in bound.items() if n > 1]
+                assert not errors, errors[:5]
+                assert not lost, lost[:20]
+                if churned >= SOAK_MIN_FOR_SLOPE:
+                    assert slope < SOAK_MAX_SLOPE_MB_PER_MIN, figures
+        finally:
+            rc = await asyncio.to_thread(proc.stop, 30.0)
+        assert rc == 0, (rc, proc.log_tail())
