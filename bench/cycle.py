@@ -219,6 +219,8 @@ class CycleResult:
     breakdown_overhead_ms_per_pod: float | None = None
     patches: list[str] = field(default_factory=list)
     placements: list[str] = field(default_factory=list, repr=False)
+    gc_ms_per_pod: float = 0.0
+    gc_collections: dict[int, int] = field(default_factory=dict)
 
     def line(self) -> str:
         tag = "+".join(self.patches) if self.patches else "baseline"
@@ -226,7 +228,8 @@ class CycleResult:
             f"[{tag}] "
             f"{self.workload:<26} {self.nodes:>5} nodes {self.existing_pods:>6} existing "
             f"{self.pods:>5} pods: {self.pods_per_second:8.1f} pods/s  "
-            f"cycle p50 {self.cycle_ms_p50:7.3f} ms  p99 {self.cycle_ms_p99:7.3f} ms"
+            f"cycle p50 {self.cycle_ms_p50:7.3f} ms  p99 {self.cycle_ms_p99:7.3f} ms  "
+            f"gc {self.gc_ms_per_pod:6.3f} ms/pod"
             + (f"  ({self.unschedulable} unschedulable)" if self.unschedulable else "")
         )
 
@@ -266,6 +269,27 @@ def _pct(values: Sequence[float], p: float) -> float:
         return 0.0
     s = sorted(values)
     return s[min(len(s) - 1, max(0, int(len(s) * p / 100 + 0.999999) - 1))]
+
+
+class GcTimer:
+    """Time spent in the garbage collector while it is installed, per generation."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections: dict[int, int] = defaultdict(int)
+        self._t0 = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t0
+            self.collections[info["generation"]] += 1
+
+    def close(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
 
 
 class PluginTimer:
@@ -319,6 +343,9 @@ def measure(
 ) -> CycleResult:
     env = build_env(name, nodes, pods, existing_per_node=existing_per_node, seed=seed)
     gc.collect()
+    if "gc" in APPLIED:
+        gc.freeze()  # what the gc patch does once the daemon's informers synced
+    gc_timer = GcTimer()
     t0 = time.perf_counter()
     placements: list[str] = []
     if profiler is not None:
@@ -328,6 +355,9 @@ def measure(
     else:
         scheduled, unsched, per_pod = run_cycles(env, placements)
     seconds = time.perf_counter() - t0
+    gc_timer.close()
+    if "gc" in APPLIED:
+        gc.unfreeze()
     result = CycleResult(
         workload=name,
         nodes=nodes,
@@ -341,6 +371,8 @@ def measure(
         cycle_ms_p99=_pct(per_pod, 99) * 1000,
         patches=list(APPLIED),
         placements=placements,
+        gc_ms_per_pod=gc_timer.seconds * 1000 / max(pods, 1),
+        gc_collections=dict(gc_timer.collections),
     )
     if breakdown:
         env2 = build_env(name, nodes, pods, existing_per_node=existing_per_node, seed=seed)
@@ -397,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
         "--check",
         action="store_true",
         help="with --patches: count the pods placed differently from the unpatched run",
+    )
+    p.add_argument(
+        "--base-patches", metavar="A,B", help="patches applied to both sides of --patches"
     )
     p.add_argument("--repeat", type=int, default=1, help="runs per case (the best one counts)")
     args = p.parse_args(argv)
@@ -462,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         return out
 
     patches = [x for x in (args.patches or "").split(",") if x]
+    apply([x for x in (args.base_patches or "").split(",") if x])
     results = run_all()
     if patches:
         baseline = results

@@ -22,8 +22,9 @@ each workload the nodes are created once; then, for each client setting
    nothing was bound for ``--stall-timeout`` seconds). The throughput samples
    follow scheduler_perf's throughputCollector: sampling starts at the first
    bound pod, the first sample is skipped, intervals that bind nothing are
-   folded into the next one; the last, partial interval counts up to the
-   last bind; Average and Perc50/90/99 over the samples. Because sampling
+   folded into the next one; the last, partial interval counts (up to the
+   last bind) when it lasted at least 0.5 s; Average and Perc50/90/99 over
+   the samples. Because sampling
    only starts at the first bind, "overall" (measured pods / (last bind -
    first pod created)) is reported next to it: it also charges a scheduler
    for a slow start;
@@ -76,8 +77,14 @@ from kscheduler.controlplane.rest import ApiError, RestClient
 
 KUBE_SCHEDULER = "kube-scheduler"
 KSCHEDULER = "kscheduler"
-SCHEDULERS = (KUBE_SCHEDULER, KSCHEDULER)
-SCHEDULER_NAMES = {KUBE_SCHEDULER: "bench-kube-scheduler", KSCHEDULER: "bench-kscheduler"}
+#: kscheduler with the bench.experiments patches of --kscheduler-patches applied
+KSCHEDULER_PATCHED = "kscheduler+patches"
+SCHEDULERS = (KUBE_SCHEDULER, KSCHEDULER, KSCHEDULER_PATCHED)
+SCHEDULER_NAMES = {
+    KUBE_SCHEDULER: "bench-kube-scheduler",
+    KSCHEDULER: "bench-kscheduler",
+    KSCHEDULER_PATCHED: "bench-kscheduler-patched",
+}
 
 #: name -> (qps, burst)
 THROTTLES: dict[str, tuple[float, int]] = {
@@ -185,15 +192,17 @@ class ThroughputCollector:
         """The partial interval that bound the last pods, up to the last bind.
 
         scheduler_perf's collector is cancelled by a poll that runs on its own
-        1 s timer, so whether this tail is counted is left to chance there;
-        here it always is, over its real length.
+        1 s timer, so whether this tail is counted is left to chance there.
+        Here it counts, over its real length, when that is at least half a
+        sample interval (a shorter one would be an outlier either way).
         """
         if not self._started or scheduled <= self._last_count:
             return
         elapsed = last_bound_at - self._last_time
-        if elapsed <= 0:
+        if elapsed < 0.5 and self.samples:
             return
-        self.samples.append((scheduled - self._last_count) / elapsed)
+        if elapsed > 0:
+            self.samples.append((scheduled - self._last_count) / elapsed)
 
 
 # --------------------------------------------------------------------------- pod watch
@@ -349,6 +358,7 @@ class KschedulerProcess(SchedulerProcess):
     def __init__(
         self,
         cp: ControlPlane,
+        kind: str,
         qps: float,
         burst: int,
         *,
@@ -358,6 +368,7 @@ class KschedulerProcess(SchedulerProcess):
         extra_args: Sequence[str] = (),
         patches: Sequence[str] = (),
     ) -> None:
+        self.kind = kind
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "kscheduler.yaml"
@@ -366,7 +377,7 @@ class KschedulerProcess(SchedulerProcess):
             "kind": "KubeSchedulerConfiguration",
             "leaderElection": {"leaderElect": False},
             "clientConnection": {"qps": qps, "burst": burst},
-            "profiles": [{"schedulerName": SCHEDULER_NAMES[KSCHEDULER]}],
+            "profiles": [{"schedulerName": SCHEDULER_NAMES[kind]}],
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.port = free_ports(1)[0]
@@ -547,20 +558,22 @@ class Bench:
         in_process = self.opts.kscheduler_profiler in ("pyinstrument", "cprofile")
         if in_process:
             ext = "html" if self.opts.kscheduler_profiler == "pyinstrument" else "prof"
-            profile_out = self.profile_path(wl, throttle, ext)
+            profile_out = self.profile_path(wl, throttle, ext, kind)
         return KschedulerProcess(
             self.cp,
+            kind,
             qps,
             burst,
             workdir=self.cp.workdir / "kscheduler-bench",
             profiler=self.opts.kscheduler_profiler if in_process else None,
             profile_out=profile_out,
             extra_args=self.opts.kscheduler_args,
-            patches=self.opts.kscheduler_patches,
+            patches=self.opts.kscheduler_patches if kind == KSCHEDULER_PATCHED else (),
         )
 
-    def profile_path(self, wl: Workload, throttle: str, ext: str) -> Path:
-        return (self.opts.out / f"{self.stamp}-kscheduler-{wl.name}-{throttle}.{ext}").resolve()
+    def profile_path(self, wl: Workload, throttle: str, ext: str, kind: str) -> Path:
+        tag = "kscheduler-patched" if kind == KSCHEDULER_PATCHED else "kscheduler"
+        return (self.opts.out / f"{self.stamp}-{tag}-{wl.name}-{throttle}.{ext}").resolve()
 
     async def run_one(self, wl: Workload, kind: str, throttle: str) -> RunResult:
         qps, burst = THROTTLES[throttle]
@@ -622,8 +635,8 @@ class Bench:
             created_at[pod["metadata"]["name"]] = time.monotonic()
 
         spy: Recorder | None = None
-        if self.opts.kscheduler_profiler == "py-spy" and sched.kind == KSCHEDULER and pid:
-            spy = Recorder(pid, self.profile_path(wl, res.throttle, "txt"))
+        if self.opts.kscheduler_profiler == "py-spy" and sched.kind != KUBE_SCHEDULER and pid:
+            spy = Recorder(pid, self.profile_path(wl, res.throttle, "txt", sched.kind))
             await asyncio.sleep(0.5)  # let it attach
         t0 = time.monotonic()
         creator = asyncio.create_task(run_bounded(pods, create, concurrency=CREATE_CONCURRENCY))
@@ -651,10 +664,9 @@ class Bench:
                 if not sched.alive():
                     res.error = f"{sched.kind} exited during the run"
                     break
-                if creator.done() and now - last_progress > self.opts.stall_timeout:
-                    res.error = (
-                        f"stalled: {count}/{total} bound, none for {self.opts.stall_timeout:.0f}s"
-                    )
+                stall = max(self.opts.stall_timeout, wl.stall_timeout)
+                if creator.done() and now - last_progress > stall:
+                    res.error = f"stalled: {count}/{total} bound, none for {stall:.0f}s"
                     break
                 if now - t0 > self.opts.max_seconds:
                     res.error = f"timed out after {self.opts.max_seconds:.0f}s: {count}/{total}"
@@ -744,9 +756,10 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
             keys.append((r.workload, r.throttle))
     for wl, th in keys:
         by = {r.scheduler: r for r in results if r.workload == wl and r.throttle == th}
-        ref, ks = by.get(KUBE_SCHEDULER), by.get(KSCHEDULER)
+        ref = by.get(KUBE_SCHEDULER)
         row: dict[str, Any] = {"workload": wl, "throttle": th}
-        for label, one in ((KUBE_SCHEDULER, ref), (KSCHEDULER, ks)):
+        for label in SCHEDULERS:
+            one = by.get(label)
             if one is None:
                 continue
             row[label] = {
@@ -763,8 +776,11 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
                 "of": one.measured_pods,
                 "error": one.error,
             }
-        if ref is not None and ks is not None:
-            row["ratio"] = {
+        for label in (KSCHEDULER, KSCHEDULER_PATCHED):
+            ks = by.get(label)
+            if ref is None or ks is None:
+                continue
+            row["ratio" if label == KSCHEDULER else "ratio_patched"] = {
                 "average": _ratio(ks.throughput.get("Average"), ref.throughput.get("Average")),
                 "overall": _ratio(ks.overall_pods_per_second, ref.overall_pods_per_second),
                 "latency_p50": _ratio(ks.latency.get("p50_ms"), ref.latency.get("p50_ms")),
@@ -782,7 +798,7 @@ def _f(v: Any, fmt: str = "{:.1f}") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'workload':<26} {'client':<11} {'sched':<14} {'avg/s':>7} {'p50':>6} {'p90':>6} "
+        f"{'workload':<26} {'client':<11} {'sched':<18} {'avg/s':>7} {'p50':>6} {'p90':>6} "
         f"{'p99':>6} {'all/s':>7} {'lat50ms':>8} {'lat99ms':>8} {'cpu s':>6} {'rssMiB':>7} "
         f"{'bound':>11}"
     )
@@ -793,18 +809,20 @@ def table(rows: list[dict[str, Any]]) -> str:
             if d is None:
                 continue
             lines.append(
-                f"{row['workload']:<26} {row['throttle']:<11} {label:<14} "
+                f"{row['workload']:<26} {row['throttle']:<11} {label:<18} "
                 f"{_f(d['average']):>7} {_f(d['p50']):>6} {_f(d['p90']):>6} {_f(d['p99']):>6} "
                 f"{_f(d['overall']):>7} {_f(d['latency_p50_ms'], '{:.0f}'):>8} "
                 f"{_f(d['latency_p99_ms'], '{:.0f}'):>8} {_f(d['cpu_seconds']):>6} "
                 f"{_f(d['peak_rss_mib'], '{:.0f}'):>7} {d['bound']:>5}/{d['of']:<5}"
                 + (f"  ! {d['error'].splitlines()[0][:60]}" if d["error"] else "")
             )
-        ratio = row.get("ratio")
-        if ratio:
+        for key, tag in (("ratio", "ks / kube"), ("ratio_patched", "ks+patches / kube")):
+            ratio = row.get(key)
+            if not ratio:
+                continue
             x = "{:.2f}x"
             lines.append(
-                f"{'':<26} {'':<11} {'ks / kube':<14} {_f(ratio['average'], x):>7} "
+                f"{'':<26} {'':<11} {tag:<18} {_f(ratio['average'], x):>7} "
                 f"{'':>6} {'':>6} {'':>6} {_f(ratio['overall'], x):>7} "
                 f"{_f(ratio['latency_p50'], x):>8} {_f(ratio['latency_p99'], x):>8} "
                 f"{_f(ratio['cpu_seconds'], x):>6} {_f(ratio['peak_rss'], x):>7}"
@@ -829,7 +847,7 @@ def plot(results: list[RunResult], path: Path, title: str) -> None:
     fig, axes = plt.subplots(
         len(wls), len(throttles), figsize=(6.5 * len(throttles), 3.2 * len(wls)), squeeze=False
     )
-    colors = {KUBE_SCHEDULER: "tab:blue", KSCHEDULER: "tab:orange"}
+    colors = {KUBE_SCHEDULER: "tab:blue", KSCHEDULER: "tab:orange", KSCHEDULER_PATCHED: "tab:green"}
     for i, wl in enumerate(wls):
         for j, th in enumerate(throttles):
             ax = axes[i][j]
@@ -847,7 +865,7 @@ def plot(results: list[RunResult], path: Path, title: str) -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="lower right")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 0.98))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -870,7 +888,17 @@ async def run(args: argparse.Namespace) -> int:
     )
     chosen = [w for w in workloads(args.size) if w.name in set(args.workloads)]
     throttles = list(THROTTLES) if args.throttle == "both" else [args.throttle]
-    schedulers = list(SCHEDULERS) if args.schedulers == "both" else [args.schedulers]
+    if args.schedulers == "both":
+        schedulers = [KUBE_SCHEDULER, KSCHEDULER]
+        if opts.kscheduler_patches:
+            schedulers.append(KSCHEDULER_PATCHED)
+    else:
+        schedulers = [x for x in args.schedulers.split(",") if x]
+        unknown = [x for x in schedulers if x not in SCHEDULERS]
+        if unknown:
+            raise SystemExit(f"unknown scheduler(s) {unknown}; known: {', '.join(SCHEDULERS)}")
+    if KSCHEDULER_PATCHED in schedulers and not opts.kscheduler_patches:
+        raise SystemExit(f"{KSCHEDULER_PATCHED} needs --kscheduler-patches")
     if args.order == "kscheduler-first":
         schedulers.reverse()
     results: list[RunResult] = []
@@ -962,7 +990,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"some of: {', '.join(WORKLOAD_NAMES)} (default: all)",
     )
     p.add_argument("--throttle", choices=("both", *THROTTLES), default="both")
-    p.add_argument("--schedulers", choices=("both", *SCHEDULERS), default="both")
+    p.add_argument(
+        "--schedulers",
+        default="both",
+        help=f"'both' (kube-scheduler and kscheduler, plus {KSCHEDULER_PATCHED} when "
+        f"--kscheduler-patches is given) or a comma-separated list of: {', '.join(SCHEDULERS)}",
+    )
     p.add_argument("--order", choices=("kube-scheduler-first", "kscheduler-first"), default=None)
     p.add_argument("--out", default="bench-results")
     p.add_argument(
@@ -982,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--kscheduler-patches",
         metavar="A,B",
-        help="run kscheduler with these bench.experiments patches applied",
+        help=f"bench.experiments patches for the {KSCHEDULER_PATCHED} run (ALL: every one)",
     )
     p.add_argument("--kube-scheduler-v", type=int, default=2, help="kube-scheduler --v")
     p.add_argument("--kscheduler-arg", action="append", metavar="ARG", help="extra kscheduler flag")

@@ -221,6 +221,8 @@ class Workload:
     priority_classes: tuple[tuple[str, int], ...] = ()
     upstream: str = ""
     notes: str = ""
+    #: Seconds without a bind (after every pod was created) before giving up.
+    stall_timeout: float = 30.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def namespace(self, short: str) -> str:
@@ -315,6 +317,9 @@ def workloads(size: str) -> list[Workload]:
             upstream="misc/performance-config.yaml PreemptionBasic "
             + ("1000Nodes" if big else "(500 nodes, 4 low-priority pods per node)"),
             notes="every measured pod must preempt 3 of the 4 low-priority pods of a node",
+            # at 50 qps a first pass over every preemptor (victims' status patches and
+            # deletes, nominations, events) takes minutes before binds start
+            stall_timeout=240.0,
         ),
         Workload(
             "Unschedulable",

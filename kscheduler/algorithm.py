@@ -296,10 +296,17 @@ class Algorithm:
         feasible, diagnosis = self.find_nodes_that_fit(
             fwk, state, pod, snapshot, record=record, sample=sample
         )
+        # find_nodes_that_fit returns the nominated node alone when it passes the filters
+        nominated_only = (
+            record is None
+            and len(feasible) == 1
+            and feasible[0].name == pod.nominated_node_name
+            and not diagnosis.node_to_status.statuses
+        )
         feasible = await self._pass_extenders(
             fwk, state, pod, snapshot, extenders, feasible, diagnosis, refresh, record
         )
-        if not feasible and pod.nominated_node_name and record is None:
+        if not feasible and nominated_only:
             # the nominated node did not pass the extenders: search all nodes (upstream)
             feasible, diagnosis = self.find_nodes_that_fit(
                 fwk, state, pod, snapshot, sample=sample, try_nominated=False

@@ -19,6 +19,7 @@ from kscheduler.cache import Cache, Snapshot
 from kscheduler.config import KubeSchedulerConfiguration
 from kscheduler.eventhandlers import EventHandlers
 from kscheduler.events import Broadcaster
+from kscheduler.extender import build_extenders, with_extender_ignored_resources
 from kscheduler.framework.interface import ActionType, ClusterEvent, ClusterEventWithHint
 from kscheduler.framework.interface import Resource as EventResource
 from kscheduler.framework.parse import parse_pod
@@ -99,7 +100,7 @@ class SchedulerApp:
         *,
         observer: SchedulerObserver | None = None,
     ) -> None:
-        self.cfg = cfg
+        self.cfg = cfg = with_extender_ignored_resources(cfg)
         self.kube = kube
         self.options = options or Options()
         self.identity = self.options.identity or f"{socket.gethostname()}_{os.getpid()}"
@@ -143,6 +144,7 @@ class SchedulerApp:
             status_writer=self.client,
             snapshot=self.snapshot,
             bind_concurrency=self.options.bind_concurrency,
+            extenders=build_extenders(cfg.extenders),
             observer=observer,
             may_bind=self._may_bind,
         )

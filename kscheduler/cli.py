@@ -118,9 +118,13 @@ def run_main(argv: list[str]) -> int:
 
     from kscheduler.config import ConfigError, load_config
     from kscheduler.logs import configure
-    from kscheduler.plugins import in_tree_registry
+    from kscheduler.plugins import PluginDiscoveryError, full_registry
 
-    registry = in_tree_registry()
+    try:
+        registry = full_registry()
+    except PluginDiscoveryError as exc:
+        print(f"kscheduler: {exc}", file=sys.stderr)
+        return 2
     try:
         cfg = load_config(args.config if args.config else "", registry=registry)
     except ConfigError as exc:

@@ -112,13 +112,13 @@ async def _run(args: argparse.Namespace, kubeconfig: str, rest: Any) -> int:
     from kscheduler.app import Options, SchedulerApp
     from kscheduler.config import load_config
     from kscheduler.kube import KubeClient
-    from kscheduler.plugins import in_tree_registry
+    from kscheduler.plugins import full_registry
 
     log = structlog.get_logger("kscheduler.demo")
     await create_namespace(rest, NAMESPACE)
     await create_nodes(rest, demo_nodes())
     log.info("created demo nodes", count=len(demo_nodes()))
-    registry = in_tree_registry()
+    registry = full_registry()
     cfg = load_config("", registry=registry)
     kube = await KubeClient.from_kubeconfig(kubeconfig, qps=50, burst=100)
     app = SchedulerApp(cfg, registry, kube, Options(leader_elect=False))

@@ -768,9 +768,9 @@ async def running_kscheduler(
     from kscheduler.app import Options, SchedulerApp
     from kscheduler.config import load_config
     from kscheduler.kube import KubeClient
-    from kscheduler.plugins import in_tree_registry
+    from kscheduler.plugins import full_registry
 
-    registry = in_tree_registry()
+    registry = full_registry()
     cfg = load_config(config, registry=registry)
     kube = await KubeClient.from_kubeconfig(
         kubeconfig or str(cp.scheduler_kubeconfig), qps=qps, burst=burst, pool_size=80

@@ -812,9 +812,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from kscheduler.config import ConfigError, load_config
     from kscheduler.logs import configure
-    from kscheduler.plugins import in_tree_registry
+    from kscheduler.plugins import PluginDiscoveryError, full_registry
 
-    registry = in_tree_registry()
+    try:
+        registry = full_registry()
+    except PluginDiscoveryError as exc:
+        print(f"kscheduler explain: {exc}", file=sys.stderr)
+        return 2
     try:
         cfg = load_config(args.config if args.config else "", registry=registry)
     except ConfigError as exc:

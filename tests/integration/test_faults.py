@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import os
 import random
 import ssl
@@ -1231,21 +1232,16 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
         )
         good = [f"good-{i}" for i in range(6)]
         big = ["big-annotation", "many-labels", "unknown-field"]
-        bad = {
-            # the apiserver does not check that Gt/Lt values are integers
-            "gt-not-a-number": (_affinity("Gt", "x"), "'x' is not an integer"),
-            "lt-fraction-preferred": (
-                _affinity("Lt", "1.5", preferred=True),
-                "'1.5' is not an integer",
-            ),
-        }
+        # the apiserver does not check that a Gt/Lt value is an integer (for required
+        # terms see test_a_bad_node_affinity_term_matches_no_node)
+        bad = "lt-fraction-preferred"
         await create_pods(env.rest, [pod(n, ns) for n in good])
         await create_pods(
             env.rest,
             [
                 pod("big-annotation", ns, annotations={"blob": "x" * (200 * 1024)}),
                 pod("many-labels", ns, labels={f"k{i:02d}": "v" * 63 for i in range(60)}),
-                *[pod(n, ns, affinity=aff) for n, (aff, _) in bad.items()],
+                pod(bad, ns, affinity=_affinity("Lt", "1.5", preferred=True)),
                 pod("absurd-cpu", ns, cpu="1e30"),
                 _with_spec(
                     pod("missing-claim", ns),
@@ -1265,7 +1261,7 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
             return next((e for e in evs if text in e["note"]), None)
 
         reasons = {
-            **{n: why for n, (_, why) in bad.items()},
+            bad: "1.5",
             "absurd-cpu": "Insufficient cpu",
             "missing-claim": 'persistentvolumeclaim "nope" not found',
         }
@@ -1276,11 +1272,10 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
 
             ev = await wait_for(check, what=f"FailedScheduling for {name} saying {why!r}")
             assert ev["type"] == "Warning"
-        for name in bad:
-            (ev,) = await events_of(env.rest, ns, name, "FailedScheduling")
-            assert ev["note"].startswith("failed to parse pod: spec.affinity.nodeAffinity."), ev
-            cond = pod_condition((await pods_by_name(env.rest, ns))[name]) or {}
-            assert (cond.get("status"), cond.get("reason")) == ("False", "SchedulerError"), cond
+        (ev, *_) = await events_of(env.rest, ns, bad, "FailedScheduling")
+        assert "matchExpressions[0]" in ev["note"] and "integer" in ev["note"], ev
+        cond = pod_condition((await pods_by_name(env.rest, ns))[bad]) or {}
+        assert (cond.get("status"), cond.get("reason")) == ("False", "SchedulerError"), cond
 
         # a node the scheduler cannot parse, as from a decoding problem (the apiserver
         # refuses such quantities): it is left out until a good version arrives
@@ -1319,19 +1314,114 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
         await create_pods(env.rest, [pod(n, ns) for n in after])
         await wait_bound(env.rest, ns, after)
         await asyncio.sleep(2.5)  # the unparseable pods wait for an update, not a loop
-        attempts = {n: len(s.logs.events("attempt failed", pod=f"{ns}/{n}")) for n in bad}
+        tried = [e.at for e in s.logs.events("attempt failed", pod=f"{ns}/{bad}")]
+        gaps = [b - a for a, b in itertools.pairwise(tried)]
         pending = {qp.pod.name for _, qp in s.app.queue.pending()}
         await check_all(
             "malformed objects",
             s,
             env,
             expect_bound=[*good, *big, *meanwhile, "absurd-cpu", *after],
-            faults=len(bad) + 3,
+            faults=4,
             failed_scheduling_reported=len(reasons),
-            attempts_of_unparseable=max(attempts.values()),
+            attempts_of_bad_affinity=len(tried),
         )
-        assert max(attempts.values()) == 1, attempts
-        assert pending >= {*bad, "missing-claim"}, pending
+        # an error may be retried, after a backoff, never in a loop
+        assert all(g >= 0.9 for g in gaps), gaps
+        assert pending >= {bad, "missing-claim"}, pending
+
+
+def _required_terms(*terms: JSON) -> JSON:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+        }
+    }
+
+
+def _term(key: str, operator: str, *values: str) -> JSON:
+    return {"matchExpressions": [{"key": key, "operator": operator, "values": list(values)}]}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="framework/parse.py parse_pod turns a required node-affinity term whose Gt/Lt "
+    "value is not an integer into a parse error for the whole pod; kube-scheduler "
+    "(LazyErrorNodeSelector) lets that term match no node and evaluates the others",
+)
+async def test_a_bad_node_affinity_term_matches_no_node(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What kube-scheduler v1.35 does with these pods (checked against the reference
+    kube-scheduler): "or-good" is bound through its good term, "only-bad" is
+    Unschedulable: node(s) didn't match Pod's node affinity/selector."""
+    async with environment(control_plane) as env, scheduler(control_plane, monkeypatch) as s:
+        ns = env.ns
+        await create_nodes(env.rest, [make_node("w-0", cpu="2", labels={"rank": "10"})])
+        bad = _term("rank", "Gt", "x")
+        good = _term("kubernetes.io/os", "In", "linux")
+        await create_pods(
+            env.rest,
+            [
+                pod("or-good", ns, affinity=_required_terms(bad, good)),
+                pod("only-bad", ns, affinity=_required_terms(bad)),
+            ],
+        )
+
+        async def decided() -> dict[str, JSON] | None:
+            got = await pods_by_name(env.rest, ns)
+            return got if all(pod_condition(p) for p in got.values()) else None
+
+        got = await wait_for(decided, what="both pods decided")
+        FIGURES.record(
+            "bad node-affinity term",
+            or_good_bound=bool(node_of(got["or-good"])),
+            only_bad_reason=str((pod_condition(got["only-bad"]) or {}).get("reason")),
+        )
+        assert node_of(got["or-good"]) == "w-0", pod_condition(got["or-good"])
+        cond = pod_condition(got["only-bad"]) or {}
+        assert cond.get("reason") == "Unschedulable", cond
+        assert "didn't match Pod's node affinity/selector" in str(cond.get("message")), cond
+        assert s.alive()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="framework/selectors.py parses Gt/Lt values and node label values with int(), "
+    'which accepts "1_0", " 11" and non-ASCII digits; Go\'s strconv.ParseInt (kube-scheduler) '
+    "rejects them, so such a requirement matches no node",
+)
+async def test_gt_values_are_parsed_as_go_parses_them(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with environment(control_plane) as env, scheduler(control_plane, monkeypatch) as s:
+        ns = env.ns
+        await create_nodes(
+            env.rest,
+            [
+                make_node("i-0", cpu="2", labels={"rank": "11"}),
+                make_node("i-1", cpu="2", labels={"rank": "2_0"}),
+            ],
+        )
+        await create_pods(
+            env.rest,
+            [
+                # "1_0" is not an integer to kube-scheduler: the term matches nothing
+                pod("underscore-value", ns, affinity=_required_terms(_term("rank", "Gt", "1_0"))),
+                # nor is the label "2_0": no node's rank is above 15 (int() reads 20)
+                pod("underscore-label", ns, affinity=_required_terms(_term("rank", "Gt", "15"))),
+            ],
+        )
+
+        async def decided() -> dict[str, JSON] | None:
+            got = await pods_by_name(env.rest, ns)
+            return got if all(pod_condition(p) for p in got.values()) else None
+
+        got = await wait_for(decided, what="both pods decided")
+        placed = {n: node_of(p) for n, p in got.items()}
+        FIGURES.record("Gt value parsing", placed=placed)
+        assert placed == {"underscore-value": "", "underscore-label": ""}, placed
+        assert s.alive()
 
 
 async def test_an_unschedulable_pod_waits_for_a_relevant_event(

@@ -476,6 +476,24 @@ async def test_cycle_follows_extender_verdicts_and_scores(
     assert se.value.status.code == Code.ERROR and "code 502" in se.value.status.message
 
 
+async def test_a_nominated_node_the_extender_rejects_leads_to_a_full_search(
+    server: ExtenderServer, closing: list[HTTPExtender]
+) -> None:
+    cache = cluster(("a", "4"), ("b", "4"))
+    fwk, snap, _, _ = cycle_framework(cache)
+    server.handlers["filter"] = lambda body: {
+        "NodeNames": [n for n in body["NodeNames"] if n != "a"],
+        "FailedNodes": {"a": "not a"},
+    }
+    ext = make(closing, ext_config(server.url(), filter_verb="filter", node_cache_capable=True))
+    snap.update()
+    p = pod("p").req(cpu="1").nominated("a").build()
+    r = await Algorithm().schedule_pod_with_extenders(fwk, CycleState(), p, snap, [ext])
+    assert r.suggested_host == "b"
+    sent = [body["NodeNames"] for _, body in server.requests]
+    assert sent[0] == ["a"] and sorted(sent[1]) == ["a", "b"]
+
+
 async def test_nodes_that_change_during_the_call_are_filtered_again(
     server: ExtenderServer, closing: list[HTTPExtender]
 ) -> None:
