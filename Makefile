@@ -11,7 +11,8 @@ help:
 	@echo "make test          lint + unit + integration tests against a real kube-apiserver"
 	@echo "make control-plane build the pinned kube-apiserver/kube-scheduler/etcd (cached)"
 	@echo "make dev-cluster   start a control plane for kubectl and print how to use it"
-	@echo "make unit | integration | lint | bench | soak"
+	@echo "make unit | integration | lint | bench | bench-5000 | soak"
+	@echo "make image | kind-up | kind-load | deploy | e2e-kind   (need a Docker engine and kind)"
 
 venv: $(VENV)/.installed
 
