@@ -8,6 +8,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo          local demo: embedded control plane + kscheduler, then a placement table"
+	@echo "                   (make demo DEMO_ARGS=--keep leaves the cluster up for kubectl)"
 	@echo "make test          lint + unit + integration tests against a real kube-apiserver"
 	@echo "make control-plane build the pinned kube-apiserver/kube-scheduler/etcd (cached)"
 	@echo "make dev-cluster   start a control plane for kubectl and print how to use it"
@@ -44,7 +45,7 @@ test: venv control-plane lint
 	$(PY) -m pytest tests -m "not slow and not kind" $(PYTEST_ARGS)
 
 demo: venv control-plane
-	$(PY) -m kscheduler demo
+	$(PY) -m kscheduler demo $(DEMO_ARGS)
 
 dev-cluster: venv control-plane
 	$(PY) -m kscheduler dev-cluster
