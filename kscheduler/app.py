@@ -108,7 +108,10 @@ class SchedulerApp:
         self.snapshot = Snapshot(self.cache)
         self.informers = InformerFactory(kube)
         self.client = ApiClusterClient(kube)
-        self.broadcaster = Broadcaster(self.client)
+        # events go through their own client and rate limiter, as kube-scheduler's
+        # event client does: a burst of FailedScheduling events never delays binds
+        self.events_kube = KubeClient(kube.config, pool_size=8, stream_pool_size=1)
+        self.broadcaster = Broadcaster(ApiClusterClient(self.events_kube))
         specs = profile_specs(cfg)
         self.frameworks: dict[str, Framework] = {}
         for spec in specs:
@@ -328,6 +331,7 @@ class SchedulerApp:
         if cut:
             log.warning("binds cut short by shutdown", count=cut)
         await self.broadcaster.drain(5.0)
+        await self.events_kube.close()
         for hook in self._hooks:
             await hook()
 
