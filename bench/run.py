@@ -593,7 +593,11 @@ class Bench:
             await create_pods(self.admin, init, concurrency=CREATE_CONCURRENCY)
         sched = self._scheduler(kind, throttle, wl)
         t_start = time.monotonic()
-        await sched.start()
+        try:
+            await sched.start()
+        except BaseException:
+            await sched.stop()
+            raise
         res.startup_seconds = time.monotonic() - t_start
         try:
             await self._measure(wl, sched, name, res)

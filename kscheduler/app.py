@@ -165,7 +165,7 @@ class SchedulerApp:
             on_update=self.handlers.pod_updated,
             on_delete=self.handlers.pod_deleted,
         )
-        self.informers.add(
+        self.node_informer = self.informers.add(
             "nodes",
             transform=self.handlers.parse_node_or_none,
             on_add=self.handlers.node_added,
@@ -174,6 +174,7 @@ class SchedulerApp:
         )
         for kind in sorted(required_kinds(registry, specs)):
             self._watch_kind(kind)
+        self.scheduler.wait_live = self._wait_live
         self.synced = asyncio.Event()
         self.started_at = time.time()
         self.elector: LeaderElector | None = None
@@ -200,6 +201,13 @@ class SchedulerApp:
             q.move_all_to_active_or_backoff(del_ev, old, None)
 
         self.informers.add(kind, on_add=added, on_update=updated, on_delete=deleted)
+
+    async def _wait_live(self) -> None:
+        for inf in (self.pod_informer, self.node_informer):
+            if not inf.live.is_set():
+                log.warning("watch down: scheduling paused until it is back", informer=inf.name)
+                await inf.live.wait()
+                log.info("watch back: scheduling resumed", informer=inf.name)
 
     def _may_bind(self) -> bool:
         if not self.leading:

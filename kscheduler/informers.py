@@ -63,7 +63,12 @@ class WatchClient(Protocol):
     async def get_json(self, path: str, params: Params = None) -> Any: ...
 
     def stream_lines(
-        self, path: str, params: Params = None, timeout: float | None = None
+        self,
+        path: str,
+        params: Params = None,
+        timeout: float | None = None,
+        *,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[bytes, None]: ...
 
 
@@ -120,6 +125,11 @@ class InformerSettings:
     min_stream_seconds: float = 1.0
     """A watch that ends without a single event sooner than this counts as a
     failure (and backs off) rather than as a normal server timeout."""
+    live_grace: float = 0.5
+    """After a failed watch comes back, the informer counts as live again at its
+    first event, or once the new stream has stayed open this long without an
+    error: a resumed watch that is too old gets its 410 ERROR event within
+    milliseconds, and must not look live before it has relisted."""
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -256,6 +266,11 @@ class Informer(Generic[T]):
         self.settings = settings or InformerSettings()
         self.name = name or path
         self.has_synced = asyncio.Event()
+        #: Set while the informer is current: after a list, or once a watch stream is
+        #: open; cleared when the watch fails until it is back. The scheduler does
+        #: not place pods while the pod or node informer is not live.
+        self.live = asyncio.Event()
+        self._stream_gen = 0
         self._rng = rng or random.Random()
         self._items: dict[str, T] = {}
         self._versions: dict[str, tuple[str, str]] = {}  # key -> (resourceVersion, uid)
@@ -421,6 +436,7 @@ class Informer(Generic[T]):
         async for step in self._infinite():
             if isinstance(step, _Replace):
                 self.replace(step.items)
+                self.live.set()
                 if not self.has_synced.is_set():
                     log.debug("informer synced", informer=self.name, objects=len(self._items))
                     self.has_synced.set()
@@ -449,6 +465,8 @@ class Informer(Generic[T]):
                     backoff.reset()
                     yield step
             except _RECONNECTABLE as exc:
+                self._stream_gen += 1
+                self.live.clear()
                 delay = backoff.next()
                 log.warning(
                     "watch failed; reconnecting",
@@ -473,6 +491,8 @@ class Informer(Generic[T]):
             try:
                 async for event in self._stream(pos.resource_version):
                     events += 1
+                    if not self.live.is_set():
+                        self.live.set()
                     kind = event.get("type")
                     obj = event.get("object")
                     if not isinstance(obj, dict):
@@ -486,6 +506,7 @@ class Informer(Generic[T]):
                         pos.resource_version = rv
                     yield _Event(str(kind), _strip(obj))
             except ApiError as exc:
+                self._stream_gen += 1  # a pending "live" settle must not fire now
                 if not exc.is_gone:
                     raise
                 if fresh_list and events == 0:
@@ -535,6 +556,18 @@ class Informer(Generic[T]):
                 return items, str(meta.get("resourceVersion") or "")
             params["continue"] = token
 
+    def _stream_opened(self) -> None:
+        if self.live.is_set():
+            return
+        self._stream_gen += 1
+        gen = self._stream_gen
+
+        def settle() -> None:
+            if gen == self._stream_gen:
+                self.live.set()
+
+        asyncio.get_running_loop().call_later(self.settings.live_grace, settle)
+
     async def _stream(self, resource_version: str) -> AsyncIterator[WatchEvent]:
         """One watch request from resource_version; raises ApiError on an ERROR event."""
         s = self.settings
@@ -545,7 +578,9 @@ class Informer(Generic[T]):
         lo, hi = s.watch_timeout_min, max(s.watch_timeout_min, s.watch_timeout_max)
         params["timeoutSeconds"] = str(int(self._rng.uniform(lo, hi)))
         self.watches += 1
-        lines = self.client.stream_lines(self.path, params, s.inactivity_timeout)
+        lines = self.client.stream_lines(
+            self.path, params, s.inactivity_timeout, on_open=self._stream_opened
+        )
         async with contextlib.aclosing(lines):
             async for line in lines:
                 event: WatchEvent = orjson.loads(line)

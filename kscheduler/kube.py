@@ -857,8 +857,12 @@ class KubeClient:
         path: str,
         params: Params = None,
         timeout: float | None = None,
+        *,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[bytes, None]:
         """GET a streamed answer (a watch) and yield its lines without the newline.
+
+        ``on_open`` is called once the server has answered 2xx (the stream is live).
 
         ``timeout`` is an inactivity timeout: no bytes for that many seconds raises
         :class:`StreamTimeout`. A non-2xx answer raises :class:`ApiError` before
@@ -891,6 +895,8 @@ class KubeClient:
                     if error.is_unauthorized:
                         self.config.credentials.invalidate()
                     raise error
+                if on_open is not None:
+                    on_open()
                 async for line in _split_lines(resp.content):
                     yield line
         except TimeoutError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -159,6 +159,9 @@ class Scheduler:
         self.writes = TaskTracker(limit=32, name="status")
         self.observer = observer or SchedulerObserver()
         self.may_bind = may_bind
+        #: Awaited before each cycle: returns once the cluster view is current (the
+        #: pod and node watches are up), so no pod is placed on a stale cache.
+        self.wait_live: Callable[[], Awaitable[None]] | None = None
         self._clock = clock
         self.last_attempts: dict[str, AttemptRecord] = {}
         #: kube-scheduler-simulator annotations for the profiles that opt in (None: off)
@@ -174,6 +177,8 @@ class Scheduler:
                 qp = await self.queue.pop()
                 if qp is None:
                     return
+                if self.wait_live is not None:
+                    await self.wait_live()
                 try:
                     await self.schedule_one(qp)
                 except asyncio.CancelledError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,12 +12,28 @@ class SelectorError(ValueError):
     pass
 
 
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def go_int(text: str) -> int | None:
+    """An int64 as Go's strconv.ParseInt(text, 10, 64) reads it, or None.
+
+    Stricter than int(): no underscores, spaces or non-ASCII digits.
+    """
+    if not _GO_INT.fullmatch(text):
+        return None
+    n = int(text)
+    return n if _INT64_MIN <= n <= _INT64_MAX else None
+
+
 @dataclass(frozen=True, slots=True)
 class Requirement:
     key: str
     operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
     values: frozenset[str]
-    number: int = 0  # for Gt / Lt
+    #: Gt / Lt: the bound; None when the value is not an integer (matches nothing)
+    number: int | None = 0
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         op = self.operator
@@ -30,12 +47,13 @@ class Requirement:
             return self.key in labels
         if op == "DoesNotExist":
             return self.key not in labels
+        if self.number is None:
+            return False  # the term's value is not an integer: it matches no node
         v = labels.get(self.key)
         if v is None:
             return False
-        try:
-            n = int(v)
-        except ValueError:
+        n = go_int(v)
+        if n is None:
             return False
         return n > self.number if op == "Gt" else n < self.number
 
@@ -44,7 +62,9 @@ _LABEL_OPS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 _NODE_OPS = _LABEL_OPS | {"Gt", "Lt"}
 
 
-def _requirement(raw: Mapping[str, Any], ops: frozenset[str], where: str) -> Requirement:
+def _requirement(
+    raw: Mapping[str, Any], ops: frozenset[str], where: str, *, strict: bool = True
+) -> Requirement:
     key = raw.get("key")
     op = raw.get("operator")
     values = raw.get("values") or []
@@ -54,7 +74,7 @@ def _requirement(raw: Mapping[str, Any], ops: frozenset[str], where: str) -> Req
         raise SelectorError(f"{where}: operator {op!r} is not one of {sorted(ops)}")
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise SelectorError(f"{where}: values must be a list of strings")
-    number = 0
+    number: int | None = 0
     if op in ("In", "NotIn") and not values:
         raise SelectorError(f"{where}: values must be non-empty for operator {op}")
     if op in ("Exists", "DoesNotExist") and values:
@@ -62,10 +82,11 @@ def _requirement(raw: Mapping[str, Any], ops: frozenset[str], where: str) -> Req
     if op in ("Gt", "Lt"):
         if len(values) != 1:
             raise SelectorError(f"{where}: operator {op} takes exactly one value")
-        try:
-            number = int(values[0])
-        except ValueError as exc:
-            raise SelectorError(f"{where}: {values[0]!r} is not an integer") from exc
+        number = go_int(values[0])
+        if number is None and strict:
+            raise SelectorError(f"{where}: {values[0]!r} is not an integer")
+        # not strict (required node affinity): kube-scheduler lets such a term match
+        # no node rather than failing the pod, so keep it, matching nothing
     return Requirement(key, op, frozenset(values), number)
 
 
@@ -123,13 +144,16 @@ class NodeSelectorTerm:
         return True
 
 
-def parse_node_selector_term(raw: Mapping[str, Any], where: str) -> NodeSelectorTerm:
+def parse_node_selector_term(
+    raw: Mapping[str, Any], where: str, *, strict: bool = True
+) -> NodeSelectorTerm:
     if not isinstance(raw, dict):
         raise SelectorError(f"{where} must be an object")
     exprs = raw.get("matchExpressions") or []
     fields = raw.get("matchFields") or []
     e = tuple(
-        _requirement(x, _NODE_OPS, f"{where}.matchExpressions[{i}]") for i, x in enumerate(exprs)
+        _requirement(x, _NODE_OPS, f"{where}.matchExpressions[{i}]", strict=strict)
+        for i, x in enumerate(exprs)
     )
     f = tuple(
         _requirement(x, _LABEL_OPS, f"{where}.matchFields[{i}]") for i, x in enumerate(fields)
@@ -153,7 +177,7 @@ class NodeSelector:
             raise SelectorError(f"{where}.nodeSelectorTerms must be a list")
         return cls(
             tuple(
-                parse_node_selector_term(t, f"{where}.nodeSelectorTerms[{i}]")
+                parse_node_selector_term(t, f"{where}.nodeSelectorTerms[{i}]", strict=False)
                 for i, t in enumerate(terms)
             )
         )

@@ -93,12 +93,17 @@ class Partition:
         return await self.kube.get_json(path, params)
 
     async def stream_lines(
-        self, path: str, params: Params = None, timeout: float | None = None
+        self,
+        path: str,
+        params: Params = None,
+        timeout: float | None = None,
+        *,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[bytes, None]:
         if self.down:
             raise aiohttp.ClientConnectionError("partitioned")
         self.watch_versions.append(str((params or {}).get("resourceVersion")))
-        lines = self.kube.stream_lines(path, params, timeout)
+        lines = self.kube.stream_lines(path, params, timeout, on_open=on_open)
         async with contextlib.aclosing(lines):
             async for line in lines:
                 if self.down:

@@ -148,11 +148,18 @@ class FakeWatchClient:
         return orjson.loads(orjson.dumps(answer))  # a fresh copy, as from the wire
 
     async def stream_lines(
-        self, path: str, params: Params = None, timeout: float | None = None
+        self,
+        path: str,
+        params: Params = None,
+        timeout: float | None = None,
+        *,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[bytes, None]:
         self.watch_calls.append({k: str(v) for k, v in (params or {}).items()})
         self.timeouts.append(timeout)
         await wait_until(lambda: bool(self.watches), timeout=3600)
+        if on_open is not None:
+            on_open()
         for item in self.watches.pop(0):
             if item is BLOCK:
                 await asyncio.Event().wait()
