@@ -151,6 +151,7 @@ class EventHandlers:
     def node_deleted(self, node: NodeRecord | None) -> None:
         if node is None:
             return
+        self.bad_nodes.pop(node.name, None)
         self.cache.remove_node(node.name)
         self.queue.move_all_to_active_or_backoff(EVENT_NODE_DELETE, node, None)
 
