@@ -1,9 +1,11 @@
 """kscheduler and kube-scheduler side by side, scheduler_perf's way.
 
-    python -m bench.run --size quick                       # every workload, a few minutes
+    python -m bench.run --size quick                       # every workload, ~10 minutes
     python -m bench.run --size 5000 --workloads SchedulingBasic
     python -m bench.run --size quick --workloads SchedulingBasic --throttle unthrottled \\
-        --schedulers kscheduler --kscheduler-profiler pyinstrument
+        --schedulers kscheduler --kscheduler-profiler py-spy
+    python -m bench.run --size 5000 --workloads SchedulingBasic --throttle unthrottled \\
+        --kscheduler-patches yield,gc --kscheduler-patches ALL   # proposals, side by side
 
 One harness control plane (etcd + kube-apiserver) serves the whole run. For
 each workload the nodes are created once; then, for each client setting
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -59,6 +62,7 @@ import aiohttp
 import orjson
 import yaml
 
+from bench.experiments import IN_PROCESS_ONLY, PATCHES
 from bench.pyspy import Recorder
 from bench.pyspy import summarize as summarize_profile
 from bench.workloads import SIZES, WORKLOAD_NAMES, Workload, workloads
@@ -78,13 +82,31 @@ from kscheduler.controlplane.rest import ApiError, RestClient
 KUBE_SCHEDULER = "kube-scheduler"
 KSCHEDULER = "kscheduler"
 #: kscheduler with the bench.experiments patches of --kscheduler-patches applied
-KSCHEDULER_PATCHED = "kscheduler+patches"
-SCHEDULERS = (KUBE_SCHEDULER, KSCHEDULER, KSCHEDULER_PATCHED)
-SCHEDULER_NAMES = {
-    KUBE_SCHEDULER: "bench-kube-scheduler",
-    KSCHEDULER: "bench-kscheduler",
-    KSCHEDULER_PATCHED: "bench-kscheduler-patched",
-}
+#: kscheduler with bench.experiments patches: "kscheduler+<patch>,<patch>"
+PATCHED_PREFIX = "kscheduler+"
+SCHEDULERS = (KUBE_SCHEDULER, KSCHEDULER)
+SCHEDULER_NAMES = {KUBE_SCHEDULER: "bench-kube-scheduler", KSCHEDULER: "bench-kscheduler"}
+
+
+def patched_kind(patches: str) -> str:
+    return PATCHED_PREFIX + patches
+
+
+def is_patched(kind: str) -> bool:
+    return kind.startswith(PATCHED_PREFIX)
+
+
+def kind_patches(kind: str) -> list[str]:
+    return [p for p in kind[len(PATCHED_PREFIX) :].split(",") if p] if is_patched(kind) else []
+
+
+def scheduler_name(kind: str) -> str:
+    """The spec.schedulerName (and profile) of a scheduler under test."""
+    if kind in SCHEDULER_NAMES:
+        return SCHEDULER_NAMES[kind]
+    digest = hashlib.sha1(kind.encode()).hexdigest()[:8]
+    return f"bench-kscheduler-{digest}"
+
 
 #: name -> (qps, burst)
 THROTTLES: dict[str, tuple[float, int]] = {
@@ -377,7 +399,7 @@ class KschedulerProcess(SchedulerProcess):
             "kind": "KubeSchedulerConfiguration",
             "leaderElection": {"leaderElect": False},
             "clientConnection": {"qps": qps, "burst": burst},
-            "profiles": [{"schedulerName": SCHEDULER_NAMES[kind]}],
+            "profiles": [{"schedulerName": scheduler_name(kind)}],
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.port = free_ports(1)[0]
@@ -500,7 +522,6 @@ class Options:
     kscheduler_profiler: str | None
     kube_scheduler_verbosity: int
     kscheduler_args: list[str]
-    kscheduler_patches: list[str]
 
 
 class Bench:
@@ -568,16 +589,16 @@ class Bench:
             profiler=self.opts.kscheduler_profiler if in_process else None,
             profile_out=profile_out,
             extra_args=self.opts.kscheduler_args,
-            patches=self.opts.kscheduler_patches if kind == KSCHEDULER_PATCHED else (),
+            patches=kind_patches(kind),
         )
 
     def profile_path(self, wl: Workload, throttle: str, ext: str, kind: str) -> Path:
-        tag = "kscheduler-patched" if kind == KSCHEDULER_PATCHED else "kscheduler"
+        tag = "kscheduler-" + "-".join(kind_patches(kind)) if is_patched(kind) else "kscheduler"
         return (self.opts.out / f"{self.stamp}-{tag}-{wl.name}-{throttle}.{ext}").resolve()
 
     async def run_one(self, wl: Workload, kind: str, throttle: str) -> RunResult:
         qps, burst = THROTTLES[throttle]
-        name = SCHEDULER_NAMES[kind]
+        name = scheduler_name(kind)
         res = RunResult(
             workload=wl.name,
             scheduler=kind,
@@ -761,12 +782,9 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
     for wl, th in keys:
         by = {r.scheduler: r for r in results if r.workload == wl and r.throttle == th}
         ref = by.get(KUBE_SCHEDULER)
-        row: dict[str, Any] = {"workload": wl, "throttle": th}
-        for label in SCHEDULERS:
-            one = by.get(label)
-            if one is None:
-                continue
-            row[label] = {
+        row: dict[str, Any] = {"workload": wl, "throttle": th, "schedulers": {}, "ratios": {}}
+        for label, one in by.items():
+            row["schedulers"][label] = {
                 "average": one.throughput.get("Average"),
                 "p50": one.throughput.get("Perc50"),
                 "p90": one.throughput.get("Perc90"),
@@ -780,11 +798,10 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
                 "of": one.measured_pods,
                 "error": one.error,
             }
-        for label in (KSCHEDULER, KSCHEDULER_PATCHED):
-            ks = by.get(label)
-            if ref is None or ks is None:
+        for label, ks in by.items():
+            if ref is None or label == KUBE_SCHEDULER:
                 continue
-            row["ratio" if label == KSCHEDULER else "ratio_patched"] = {
+            row["ratios"][label] = {
                 "average": _ratio(ks.throughput.get("Average"), ref.throughput.get("Average")),
                 "overall": _ratio(ks.overall_pods_per_second, ref.overall_pods_per_second),
                 "latency_p50": _ratio(ks.latency.get("p50_ms"), ref.latency.get("p50_ms")),
@@ -802,31 +819,28 @@ def _f(v: Any, fmt: str = "{:.1f}") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'workload':<26} {'client':<11} {'sched':<18} {'avg/s':>7} {'p50':>6} {'p90':>6} "
+        f"{'workload':<26} {'client':<11} {'sched':<24} {'avg/s':>7} {'p50':>6} {'p90':>6} "
         f"{'p99':>6} {'all/s':>7} {'lat50ms':>8} {'lat99ms':>8} {'cpu s':>6} {'rssMiB':>7} "
         f"{'bound':>11}"
     )
     lines = [head, "-" * len(head)]
     for row in rows:
-        for label in SCHEDULERS:
-            d = row.get(label)
-            if d is None:
-                continue
+        for label, d in row["schedulers"].items():
             lines.append(
-                f"{row['workload']:<26} {row['throttle']:<11} {label:<18} "
+                f"{row['workload']:<26} {row['throttle']:<11} {label[:24]:<24} "
                 f"{_f(d['average']):>7} {_f(d['p50']):>6} {_f(d['p90']):>6} {_f(d['p99']):>6} "
                 f"{_f(d['overall']):>7} {_f(d['latency_p50_ms'], '{:.0f}'):>8} "
                 f"{_f(d['latency_p99_ms'], '{:.0f}'):>8} {_f(d['cpu_seconds']):>6} "
                 f"{_f(d['peak_rss_mib'], '{:.0f}'):>7} {d['bound']:>5}/{d['of']:<5}"
                 + (f"  ! {d['error'].splitlines()[0][:60]}" if d["error"] else "")
             )
-        for key, tag in (("ratio", "ks / kube"), ("ratio_patched", "ks+patches / kube")):
-            ratio = row.get(key)
-            if not ratio:
-                continue
+        for label, ratio in row["ratios"].items():
+            tag = (
+                "ks / kube" if label == KSCHEDULER else f"{label[len(PATCHED_PREFIX) - 1 :]} / kube"
+            )
             x = "{:.2f}x"
             lines.append(
-                f"{'':<26} {'':<11} {tag:<18} {_f(ratio['average'], x):>7} "
+                f"{'':<26} {'':<11} {tag[:24]:<24} {_f(ratio['average'], x):>7} "
                 f"{'':>6} {'':>6} {'':>6} {_f(ratio['overall'], x):>7} "
                 f"{_f(ratio['latency_p50'], x):>8} {_f(ratio['latency_p99'], x):>8} "
                 f"{_f(ratio['cpu_seconds'], x):>6} {_f(ratio['peak_rss'], x):>7}"
@@ -851,7 +865,11 @@ def plot(results: list[RunResult], path: Path, title: str) -> None:
     fig, axes = plt.subplots(
         len(wls), len(throttles), figsize=(6.5 * len(throttles), 3.2 * len(wls)), squeeze=False
     )
-    colors = {KUBE_SCHEDULER: "tab:blue", KSCHEDULER: "tab:orange", KSCHEDULER_PATCHED: "tab:green"}
+    palette = ["tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    colors = {KUBE_SCHEDULER: "tab:blue", KSCHEDULER: "tab:orange"}
+    for r in results:
+        if r.scheduler not in colors:
+            colors[r.scheduler] = palette[(len(colors) - 2) % len(palette)]
     for i, wl in enumerate(wls):
         for j, th in enumerate(throttles):
             ax = axes[i][j]
@@ -888,21 +906,27 @@ async def run(args: argparse.Namespace) -> int:
         kscheduler_profiler=args.kscheduler_profiler,
         kube_scheduler_verbosity=args.kube_scheduler_v,
         kscheduler_args=list(args.kscheduler_arg or []),
-        kscheduler_patches=[x for x in (args.kscheduler_patches or "").split(",") if x],
     )
     chosen = [w for w in workloads(args.size) if w.name in set(args.workloads)]
     throttles = list(THROTTLES) if args.throttle == "both" else [args.throttle]
+    variants = [patched_kind(",".join(v.split(","))) for v in args.kscheduler_patches or []]
     if args.schedulers == "both":
-        schedulers = [KUBE_SCHEDULER, KSCHEDULER]
-        if opts.kscheduler_patches:
-            schedulers.append(KSCHEDULER_PATCHED)
+        schedulers = [KUBE_SCHEDULER, KSCHEDULER, *variants]
     else:
-        schedulers = [x for x in args.schedulers.split(",") if x]
-        unknown = [x for x in schedulers if x not in SCHEDULERS]
-        if unknown:
-            raise SystemExit(f"unknown scheduler(s) {unknown}; known: {', '.join(SCHEDULERS)}")
-    if KSCHEDULER_PATCHED in schedulers and not opts.kscheduler_patches:
-        raise SystemExit(f"{KSCHEDULER_PATCHED} needs --kscheduler-patches")
+        schedulers = []
+        for x in args.schedulers.split(","):
+            if x == "patched":
+                schedulers += variants
+            elif x in SCHEDULERS:
+                schedulers.append(x)
+            elif x:
+                raise SystemExit(
+                    f"unknown scheduler {x!r}; known: {', '.join(SCHEDULERS)}, patched"
+                )
+    for v in variants:
+        for name in kind_patches(v):
+            if name != "ALL" and (name not in PATCHES or name in IN_PROCESS_ONLY):
+                raise SystemExit(f"--kscheduler-patches: {name!r} is not a daemon patch")
     if args.order == "kscheduler-first":
         schedulers.reverse()
     results: list[RunResult] = []
@@ -915,9 +939,8 @@ async def run(args: argparse.Namespace) -> int:
         "python": platform.python_version(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "throttles": {t: {"qps": THROTTLES[t][0], "burst": THROTTLES[t][1]} for t in throttles},
-        "scheduler_names": SCHEDULER_NAMES,
+        "scheduler_names": {k: scheduler_name(k) for k in schedulers},
         "method": "see bench/run.py",
-        "kscheduler_patches": opts.kscheduler_patches,
         "kscheduler_args": opts.kscheduler_args,
     }
 
@@ -997,8 +1020,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--schedulers",
         default="both",
-        help=f"'both' (kube-scheduler and kscheduler, plus {KSCHEDULER_PATCHED} when "
-        f"--kscheduler-patches is given) or a comma-separated list of: {', '.join(SCHEDULERS)}",
+        help="'both' (kube-scheduler, kscheduler and every --kscheduler-patches variant), "
+        f"or a comma-separated list of: {', '.join(SCHEDULERS)}, patched (the variants)",
     )
     p.add_argument("--order", choices=("kube-scheduler-first", "kscheduler-first"), default=None)
     p.add_argument("--out", default="bench-results")
@@ -1018,8 +1041,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--kscheduler-patches",
+        action="append",
         metavar="A,B",
-        help=f"bench.experiments patches for the {KSCHEDULER_PATCHED} run (ALL: every one)",
+        help="one more scheduler under test: kscheduler with these bench.experiments "
+        "patches (ALL: every daemon patch); repeat for more variants",
     )
     p.add_argument("--kube-scheduler-v", type=int, default=2, help="kube-scheduler --v")
     p.add_argument("--kscheduler-arg", action="append", metavar="ARG", help="extra kscheduler flag")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import socket
 import time
@@ -254,6 +255,9 @@ class SchedulerApp:
         await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()
         if waiter.done():
+            # the synced cache is long-lived: keep it out of every future collection
+            gc.collect()
+            gc.freeze()
             self.synced.set()
             log.info("caches synced", nodes=len(self.cache.nodes), pending=len(self.queue))
         else:

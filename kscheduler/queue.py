@@ -13,11 +13,13 @@ replayed against it if its attempt fails, so a wake-up is never lost.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from kscheduler.framework.interface import (
@@ -41,6 +43,8 @@ EVENT_POD_UPDATE = ClusterEvent(R.UNSCHEDULED_POD, ActionType.UPDATE, "PodUpdate
 EVENT_ASSIGNED_POD_DELETE = ClusterEvent(R.POD, ActionType.DELETE, "AssignedPodDelete")
 EVENT_UNSCHEDULABLE_TIMEOUT = ClusterEvent(R.WILDCARD, ActionType.ALL, "UnschedulableTimeout")
 EVENT_FORCE_ACTIVATE = ClusterEvent(R.WILDCARD, ActionType.ALL, "ForceActivate")
+
+_SEQ = itemgetter(0)
 
 #: A pod whose last attempt failed with an error (not a rejection): any event may help.
 _ERROR_MARK = "<error>"
@@ -358,12 +362,16 @@ class SchedulingQueue:
             self._event_log.append((self._event_seq, event, old, new))
 
     def _trim_events(self) -> None:
+        log = self._event_log
         if not self._in_flight:
-            self._event_log.clear()
+            log.clear()
             return
-        oldest = min(f.since_seq for f in self._in_flight.values())
-        if self._event_log and self._event_log[0][0] <= oldest:
-            self._event_log = [e for e in self._event_log if e[0] > oldest]
+        if not log:
+            return
+        # in-flight entries are inserted as pods are popped, so the first is the oldest
+        oldest = next(iter(self._in_flight.values())).since_seq
+        if log[0][0] <= oldest:
+            del log[: bisect.bisect_right(log, oldest, key=_SEQ)]
 
     def _worth_requeue(self, qp: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> bool:
         plugins = qp.unschedulable_plugins | qp.pending_plugins

@@ -188,6 +188,9 @@ class Scheduler:
                 except Exception:  # a bug must cost one attempt, not the loop
                     log.exception("scheduling cycle crashed", pod=qp.pod.key)
                     self.queue.add_unschedulable_if_not_present(qp, error=True)
+                # one turn of the event loop between cycles: bind tasks, informer
+                # events and timers run while pods are queued, not only once it drains
+                await asyncio.sleep(0)
         finally:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)

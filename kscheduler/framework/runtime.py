@@ -182,6 +182,11 @@ class Framework:
                 )
         # (plugin, filter-as-bound-method) pairs for the hot loop
         self._filters = [(p.name, p.filter) for p in self.filter_plugins]
+        # (plugin, normalizes?, weight), worked out once: isinstance on a Protocol is slow
+        self._score_plan = [
+            (p, isinstance(p, ScoreNormalizer), self.score_weights[p.name])
+            for p in self.score_plugins
+        ]
 
     def set_nominator(self, nominator: Nominator) -> None:
         self._nominator = nominator
@@ -418,8 +423,10 @@ class Framework:
     ) -> tuple[dict[str, list[NodeScore]], Status | None]:
         """Per plugin: normalised, weighted scores in the order of ``nodes``.
 
-        When ``state.record`` is set it also writes, under the state key
-        ``"RecordScores"``, plugin -> (raw scores, normalized scores) in that order.
+        Scores are gathered as plain ints; NodeScore objects are built only for
+        normalisation and for the result. When ``state.record`` is set it also
+        writes, under the state key ``"RecordScores"``, plugin -> (raw scores,
+        normalized scores) in that order.
         """
         t0 = time.perf_counter()
         out: dict[str, list[NodeScore]] = {}
@@ -428,37 +435,38 @@ class Framework:
         if state.record:
             record = {}
             state.write("RecordScores", record)
-        for p in self.score_plugins:
-            if p.name in skip:
+        names = [ni.name for ni in nodes]
+        for p, normalizes, w in self._score_plan:
+            if skip and p.name in skip:
                 continue
-            scores: list[NodeScore] = []
             fn = p.score
+            ints: list[int] = []
+            append = ints.append
             try:
                 for ni in nodes:
                     s, st = fn(state, pod, ni)
                     if st is not None and st.code != Code.SUCCESS:
                         return out, st.with_plugin(p.name)
-                    scores.append(NodeScore(ni.name, s))
-                if record is not None:
-                    record[p.name] = ([ns.score for ns in scores], [])
-                if isinstance(p, ScoreNormalizer):
-                    st = p.normalize_score(state, pod, scores)
+                    append(s)
+                raw = ints
+                if normalizes:
+                    scores = [NodeScore(n, v) for n, v in zip(names, ints, strict=True)]
+                    st = p.normalize_score(state, pod, scores)  # type: ignore[attr-defined]
                     if st is not None and st.code != Code.SUCCESS:
                         return out, st.with_plugin(p.name)
+                    ints = [ns.score for ns in scores]
             except Exception as exc:
                 return out, Status.as_error(exc, p.name)
             if record is not None:
-                record[p.name][1].extend(ns.score for ns in scores)
-            w = self.score_weights[p.name]
-            for ns in scores:
-                if not 0 <= ns.score <= 100:
-                    return out, Status.as_error(
-                        f"plugin {p.name} returns an invalid score {ns.score}, it should be in the "
-                        "range of [0, 100] after normalizing",
-                        p.name,
-                    )
-                ns.score *= w
-            out[p.name] = scores
+                record[p.name] = (list(raw), list(ints))
+            if ints and (min(ints) < 0 or max(ints) > 100):
+                bad = next(v for v in ints if not 0 <= v <= 100)
+                return out, Status.as_error(
+                    f"plugin {p.name} returns an invalid score {bad}, it should be in the "
+                    "range of [0, 100] after normalizing",
+                    p.name,
+                )
+            out[p.name] = [NodeScore(n, v * w) for n, v in zip(names, ints, strict=True)]
         self._observe("Score", None, t0)
         return out, None
 
