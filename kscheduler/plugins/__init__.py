@@ -50,12 +50,7 @@ class PluginDiscoveryError(Exception):
 def in_tree_registry() -> Registry:
     reg = Registry()
     for mod_name in IN_TREE:
-        try:
-            mod = importlib.import_module(f"kscheduler.plugins.{mod_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"kscheduler.plugins.{mod_name}":
-                continue  # not implemented yet
-            raise
+        mod = importlib.import_module(f"kscheduler.plugins.{mod_name}")
         reg.register(mod.ENTRY)
     return reg
 
