@@ -224,6 +224,14 @@ class ScorePlugin(Plugin, Protocol):
         """A score (after normalisation within [0, 100]); Error fails the attempt."""
 
 
+class BatchScorer(Protocol):
+    def score_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[list[int], Status | None]:
+        """Optional fast path: ``score`` for every node at once, in order. Must give
+        exactly what ``score`` gives; the framework prefers it when present."""
+
+
 @runtime_checkable
 class ScoreNormalizer(Protocol):
     def normalize_score(

@@ -182,9 +182,15 @@ class Framework:
                 )
         # (plugin, filter-as-bound-method) pairs for the hot loop
         self._filters = [(p.name, p.filter) for p in self.filter_plugins]
-        # (plugin, normalizes?, weight), worked out once: isinstance on a Protocol is slow
+        # (plugin, its batch scorer or None, normalizes?, weight), worked out once:
+        # isinstance on a Protocol is slow
         self._score_plan = [
-            (p, isinstance(p, ScoreNormalizer), self.score_weights[p.name])
+            (
+                p,
+                getattr(p, "score_nodes", None),
+                isinstance(p, ScoreNormalizer),
+                self.score_weights[p.name],
+            )
             for p in self.score_plugins
         ]
 
@@ -436,18 +442,24 @@ class Framework:
             record = {}
             state.write("RecordScores", record)
         names = [ni.name for ni in nodes]
-        for p, normalizes, w in self._score_plan:
+        for p, batch, normalizes, w in self._score_plan:
             if skip and p.name in skip:
                 continue
-            fn = p.score
-            ints: list[int] = []
-            append = ints.append
+            ints: list[int]
             try:
-                for ni in nodes:
-                    s, st = fn(state, pod, ni)
+                if batch is not None:
+                    ints, st = batch(state, pod, nodes)
                     if st is not None and st.code != Code.SUCCESS:
                         return out, st.with_plugin(p.name)
-                    append(s)
+                else:
+                    fn = p.score
+                    ints = []
+                    append = ints.append
+                    for ni in nodes:
+                        s, st = fn(state, pod, ni)
+                        if st is not None and st.code != Code.SUCCESS:
+                            return out, st.with_plugin(p.name)
+                        append(s)
                 raw = ints
                 if normalizes:
                     scores = [NodeScore(n, v) for n, v in zip(names, ints, strict=True)]

@@ -175,6 +175,34 @@ class NodeResourcesBalancedAllocation:
             requested[i] = req
         return balanced_score(requested, allocatable), None
 
+    def score_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[list[int], Status | None]:
+        """score() for many nodes at once; over cpu and memory (the default) the
+        two-fraction case (std = |f0 - f1| / 2) is computed inline, same floats."""
+        reqs = state.get(PRE_SCORE_KEY)
+        if self._names != ("cpu", "memory") or reqs is None:
+            return [self.score(state, pod, ni)[0] for ni in nodes], None
+        rc, rm = reqs
+        out: list[int] = []
+        append = out.append
+        for ni in nodes:
+            node = ni.node
+            if node is None:
+                append(MAX_NODE_SCORE)
+                continue
+            alloc = node.allocatable
+            ac = alloc.milli_cpu
+            am = alloc.memory
+            if ac and am:
+                used = ni.requested
+                f0 = min((used.milli_cpu + rc) / ac, 1.0)
+                f1 = min((used.memory + rm) / am, 1.0)
+                append(int((1 - abs((f0 - f1) / 2)) * MAX_NODE_SCORE))
+            else:  # one fraction or none: no spread
+                append(MAX_NODE_SCORE)
+        return out, None
+
 
 ENTRY = PluginEntry(
     NAME, NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocation.new, parse_args

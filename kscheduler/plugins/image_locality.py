@@ -9,6 +9,7 @@ linearly onto [0, 100].
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -122,6 +123,18 @@ class ImageLocality:
                 if size is not None:
                     total += scaled_image_score(size, spread.nodes_with[image], spread.total)
         return calculate_priority(total, num_containers), None
+
+    def score_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[list[int], Status | None]:
+        """score() for many nodes at once: a node reporting no images scores 0."""
+        out = [0] * len(nodes)
+        score = self.score
+        for i, ni in enumerate(nodes):
+            node = ni.node
+            if node is not None and node.images:
+                out[i] = score(state, pod, ni)[0]
+        return out, None
 
 
 ENTRY = PluginEntry(NAME, ImageLocality, ImageLocality.new)

@@ -563,5 +563,42 @@ class NodeResourcesFit:
             requested[i] = req
         return self._scorer(requested, allocatable), None
 
+    def score_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[list[int], Status | None]:
+        """score() for many nodes at once; LeastAllocated over cpu and memory (the
+        default) is computed inline with the same integer arithmetic."""
+        strategy = self.args.scoring_strategy
+        if self._names != ("cpu", "memory") or strategy.type != LEAST_ALLOCATED:
+            return [self.score(state, pod, ni)[0] for ni in nodes], None
+        reqs = state.get(PRE_SCORE_KEY)
+        if reqs is None:
+            reqs = pod_score_requests(pod, self._names)
+        rc, rm = reqs
+        wc, wm = (r.weight for r in strategy.resources)
+        out: list[int] = []
+        append = out.append
+        for ni in nodes:
+            node = ni.node
+            if node is None:
+                append(0)
+                continue
+            alloc = node.allocatable
+            ac = alloc.milli_cpu
+            am = alloc.memory
+            total = wsum = 0
+            if ac:
+                r = ni.non_zero_cpu + rc
+                if r <= ac:
+                    total += (ac - r) * MAX_NODE_SCORE // ac * wc
+                wsum += wc
+            if am:
+                r = ni.non_zero_memory + rm
+                if r <= am:
+                    total += (am - r) * MAX_NODE_SCORE // am * wm
+                wsum += wm
+            append(total // wsum if wsum else 0)
+        return out, None
+
 
 ENTRY = PluginEntry(NAME, NodeResourcesFit, NodeResourcesFit.new, parse_args)

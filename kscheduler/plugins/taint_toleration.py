@@ -123,6 +123,25 @@ class TaintToleration:
                 count += 1
         return count, None
 
+    def score_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[list[int], Status | None]:
+        """score() for many nodes at once: a node without taints counts 0."""
+        if state.get(PRE_SCORE_KEY) is None:
+            return [], Status.as_error(
+                f'failed to read "{PRE_SCORE_KEY}" from cycleState: not found', NAME
+            )
+        out = [0] * len(nodes)
+        score = self.score
+        for i, ni in enumerate(nodes):
+            node = ni.node
+            if node is None or node.taints:
+                s, st = score(state, pod, ni)
+                if st is not None:
+                    return out, st
+                out[i] = s
+        return out, None
+
     def normalize_score(
         self, state: CycleState, pod: PodInfo, scores: list[NodeScore]
     ) -> Status | None:
