@@ -177,9 +177,9 @@ class Scheduler:
                 qp = await self.queue.pop()
                 if qp is None:
                     return
-                if self.wait_live is not None:
-                    await self.wait_live()
                 try:
+                    if self.wait_live is not None:
+                        await self.wait_live()
                     await self.schedule_one(qp)
                 except asyncio.CancelledError:
                     # stopped mid-cycle (shutdown, lost lease): the pod must not be lost
