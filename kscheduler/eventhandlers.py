@@ -136,7 +136,7 @@ class EventHandlers:
 
     def node_updated(self, old: NodeRecord | None, new: NodeRecord | None) -> None:
         if new is None:
-            self.node_deleted(old)  # no longer parseable: stop placing pods there
+            self._remove_node(old)  # no longer parseable: stop placing pods there
             return
         if old is None:
             self.node_added(new)
@@ -152,6 +152,11 @@ class EventHandlers:
         if node is None:
             return
         self.bad_nodes.pop(node.name, None)
+        self._remove_node(node)
+
+    def _remove_node(self, node: NodeRecord | None) -> None:
+        if node is None:
+            return
         self.cache.remove_node(node.name)
         self.queue.move_all_to_active_or_backoff(EVENT_NODE_DELETE, node, None)
 
