@@ -1417,6 +1417,12 @@ async def test_an_unschedulable_pod_waits_for_a_relevant_event(
     scheduler's own PodScheduled=False write is an update of the pod, not a change)."""
     async with environment(control_plane) as env, scheduler(control_plane, monkeypatch) as s:
         await create_nodes(env.rest, [make_node(f"u-{i}", cpu="2") for i in range(2)])
+
+        async def nodes_seen() -> bool:
+            # a node added while the pod is in its attempt rightly earns it a retry
+            return all(f"u-{i}" in s.app.cache.nodes for i in range(2))
+
+        await wait_for(nodes_seen, what="the scheduler to see both nodes")
         await create_pods(env.rest, [pod("too-big", env.ns, cpu="8")])
 
         async def reported() -> bool:
