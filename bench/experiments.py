@@ -1,8 +1,8 @@
 """Proposed kscheduler changes, tried out as patches applied at start-up.
 
-    python -m bench.experiments --patches yield,score-batch -- --config F --kubeconfig K ...
-    python -m bench.run --kscheduler-patches yield,score-batch ...
-    python -m bench.cycle --patches score-batch,score-plugins --check
+    python -m bench.experiments --patches pts-incremental -- --config F --kubeconfig K ...
+    python -m bench.run --kscheduler-patches pts-incremental,ipa-incremental ...
+    python -m bench.cycle --patches select-host,filter-loop --check
 
 Each patch replaces functions of kscheduler in this process only, so that a
 proposal can be measured with bench.run or bench.cycle before it is made in the
@@ -12,12 +12,6 @@ unpatched run. Nothing here is imported by kscheduler itself.
 
 Patches (``ALL`` applies every one of them but score-ints):
 
-* ``yield``          Scheduler: give the event loop a turn after every cycle;
-* ``score-batch``    Framework.run_score: ask a plugin for all nodes' scores in one
-                     call (``score_nodes``) when it offers that, and check/weight
-                     plain ints; normalizer detection done once;
-* ``score-plugins``  ``score_nodes`` for NodeResourcesFit, NodeResourcesBalanced-
-                     Allocation, ImageLocality and TaintToleration;
 * ``filter-loop``    Algorithm.find_nodes_that_fit: filters minus the skipped ones
                      resolved once per cycle and run inline; the nominated-pods
                      check per node becomes a set lookup, done only when the queue
@@ -29,27 +23,26 @@ Patches (``ALL`` applies every one of them but score-ints):
                      uniform choice, fewer random draws);
 * ``score-ints``     (bench.cycle only) run_score returns int lists, select_host
                      sums them: no NodeScore object per plugin and node;
-* ``trim-events``    SchedulingQueue._trim_events: O(log n) instead of a min() over
-                     every in-flight pod plus a copy of the event log per pod;
 * ``pts-incremental`` PodTopologySpread.pre_filter: domain counts kept up to date
                      from a cache change log instead of a scan of every pod;
 * ``ipa-incremental`` InterPodAffinity.pre_filter: the same for topology-pair
                      counts, existing anti-affinity grouped by distinct term;
 * ``cache-changelog`` the change log the two above read (applied with them);
-* ``gc``             gc.freeze() once the informers have synced, and a higher
-                     generation-0 threshold.
+* ``gc``             (for bench.cycle) the daemon's GC policy in this process: a
+                     higher generation-0 threshold, gc.freeze() once synced.
+
+Proposals that were measured here and then made in the source (a yield between
+cycles, batch ``score_nodes`` scoring, O(log n) event-log trimming, the GC
+policy in the daemon) are no longer patches: the code itself has them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
 import gc
 import sys
-import time
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import Any
 
 PATCHES: dict[str, Callable[[], None]] = {}
@@ -83,219 +76,7 @@ def apply(names: Sequence[str]) -> None:
 # --------------------------------------------------------------------------- scheduler loop
 
 
-@patch("yield")
-def _yield() -> None:
-    from kscheduler.scheduler import Scheduler
-
-    original = Scheduler.schedule_one
-
-    async def schedule_one(self: Scheduler, qp: Any) -> None:
-        await original(self, qp)
-        # one turn of the loop: bind tasks, informer events and timers run between cycles
-        await asyncio.sleep(0)
-
-    Scheduler.schedule_one = schedule_one  # type: ignore[method-assign]
-
-
 # --------------------------------------------------------------------------- scoring
-
-
-@patch("score-batch")
-def _score_batch() -> None:
-    from kscheduler.framework.cycle_state import CycleState
-    from kscheduler.framework.interface import NodeScore, ScoreNormalizer
-    from kscheduler.framework.runtime import Framework
-    from kscheduler.framework.status import Code, Status
-    from kscheduler.framework.types import NodeInfo, PodInfo
-
-    original = Framework.run_score
-
-    def plan(self: Framework) -> list[tuple[Any, Callable[..., Any] | None, bool, int]]:
-        cached: list[tuple[Any, Callable[..., Any] | None, bool, int]] | None = getattr(
-            self, "_bench_score_plan", None
-        )
-        if cached is None:
-            cached = [
-                (
-                    p,
-                    getattr(p, "score_nodes", None),
-                    isinstance(p, ScoreNormalizer),
-                    self.score_weights[p.name],
-                )
-                for p in self.score_plugins
-            ]
-            self._bench_score_plan = cached  # type: ignore[attr-defined]
-        return cached
-
-    def run_score(
-        self: Framework, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> tuple[dict[str, list[NodeScore]], Status | None]:
-        if state.record:
-            return original(self, state, pod, nodes)
-        t0 = time.perf_counter()
-        out: dict[str, list[NodeScore]] = {}
-        skip = state.skip_score_plugins
-        names = [ni.name for ni in nodes]
-        for p, batch, normalizer, w in plan(self):
-            if skip and p.name in skip:
-                continue
-            try:
-                if batch is not None:
-                    ints, st = batch(state, pod, nodes)
-                    if st is not None and st.code != Code.SUCCESS:
-                        return out, st.with_plugin(p.name)
-                else:
-                    fn = p.score
-                    ints = []
-                    append = ints.append
-                    for ni in nodes:
-                        s, st = fn(state, pod, ni)
-                        if st is not None and st.code != Code.SUCCESS:
-                            return out, st.with_plugin(p.name)
-                        append(s)
-                if normalizer:
-                    scores = [NodeScore(n, s) for n, s in zip(names, ints, strict=True)]
-                    st = p.normalize_score(state, pod, scores)
-                    if st is not None and st.code != Code.SUCCESS:
-                        return out, st.with_plugin(p.name)
-                    ints = [ns.score for ns in scores]
-            except Exception as exc:
-                return out, Status.as_error(exc, p.name)
-            if ints and (min(ints) < 0 or max(ints) > 100):
-                bad = next(s for s in ints if not 0 <= s <= 100)
-                return out, Status.as_error(
-                    f"plugin {p.name} returns an invalid score {bad}, it should be in the "
-                    "range of [0, 100] after normalizing",
-                    p.name,
-                )
-            out[p.name] = [NodeScore(n, s * w) for n, s in zip(names, ints, strict=True)]
-        self._observe("Score", None, t0)
-        return out, None
-
-    Framework.run_score = run_score  # type: ignore[method-assign]
-
-
-@patch("score-plugins")
-def _score_plugins() -> None:
-    from kscheduler.framework.cycle_state import CycleState
-    from kscheduler.framework.interface import MAX_NODE_SCORE
-    from kscheduler.framework.status import Status
-    from kscheduler.framework.types import NodeInfo, PodInfo
-    from kscheduler.plugins import balanced_allocation as ba
-    from kscheduler.plugins import image_locality as il
-    from kscheduler.plugins import node_resources_fit as nrf
-    from kscheduler.plugins import taint_toleration as tt
-
-    # NodeResourcesFit: LeastAllocated over cpu and memory (the default) inline,
-    # anything else through score() per node.
-    def fit_score_nodes(
-        self: nrf.NodeResourcesFit, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> tuple[list[int], Status | None]:
-        strategy = self.args.scoring_strategy
-        if self._names != ("cpu", "memory") or strategy.type != nrf.LEAST_ALLOCATED:
-            return [self.score(state, pod, ni)[0] for ni in nodes], None
-        reqs = state.get(nrf.PRE_SCORE_KEY)
-        if reqs is None:
-            reqs = nrf.pod_score_requests(pod, self._names)
-        rc, rm = reqs
-        wc, wm = (r.weight for r in strategy.resources)
-        out: list[int] = []
-        append = out.append
-        for ni in nodes:
-            node = ni.node
-            if node is None:
-                append(0)
-                continue
-            alloc = node.allocatable
-            ac = alloc.milli_cpu
-            am = alloc.memory
-            total = wsum = 0
-            if ac:
-                r = ni.non_zero_cpu + rc
-                if r <= ac:
-                    total += (ac - r) * 100 // ac * wc
-                wsum += wc
-            if am:
-                r = ni.non_zero_memory + rm
-                if r <= am:
-                    total += (am - r) * 100 // am * wm
-                wsum += wm
-            append(total // wsum if wsum else 0)
-        return out, None
-
-    nrf.NodeResourcesFit.score_nodes = fit_score_nodes  # type: ignore[attr-defined]
-
-    # BalancedAllocation over cpu and memory (the default): the same float arithmetic
-    # as balanced_score() (two fractions: std = |f0 - f1| / 2), inline.
-    def balanced_score_nodes(
-        self: ba.NodeResourcesBalancedAllocation,
-        state: CycleState,
-        pod: PodInfo,
-        nodes: Sequence[NodeInfo],
-    ) -> tuple[list[int], Status | None]:
-        reqs = state.get(ba.PRE_SCORE_KEY)
-        if self._names != ("cpu", "memory") or reqs is None:
-            return [self.score(state, pod, ni)[0] for ni in nodes], None
-        rc, rm = reqs
-        out: list[int] = []
-        append = out.append
-        for ni in nodes:
-            node = ni.node
-            if node is None:
-                append(100)
-                continue
-            alloc = node.allocatable
-            ac = alloc.milli_cpu
-            am = alloc.memory
-            if ac and am:
-                used = ni.requested
-                f0 = (used.milli_cpu + rc) / ac
-                if f0 > 1:
-                    f0 = 1.0
-                f1 = (used.memory + rm) / am
-                if f1 > 1:
-                    f1 = 1.0
-                append(int((1 - abs((f0 - f1) / 2)) * MAX_NODE_SCORE))
-            else:  # one fraction or none: no spread
-                append(100)
-        return out, None
-
-    ba.NodeResourcesBalancedAllocation.score_nodes = balanced_score_nodes  # type: ignore[attr-defined]
-
-    # ImageLocality: a node reporting no images scores 0 (sum below the threshold).
-    def image_score_nodes(
-        self: il.ImageLocality, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> tuple[list[int], Status | None]:
-        out = [0] * len(nodes)
-        score = self.score
-        for i, ni in enumerate(nodes):
-            node = ni.node
-            if node is not None and node.images:
-                out[i] = score(state, pod, ni)[0]
-        return out, None
-
-    il.ImageLocality.score_nodes = image_score_nodes  # type: ignore[attr-defined]
-
-    # TaintToleration: a node without taints counts 0 PreferNoSchedule taints.
-    def taint_score_nodes(
-        self: tt.TaintToleration, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> tuple[list[int], Status | None]:
-        out = [0] * len(nodes)
-        score = self.score
-        for i, ni in enumerate(nodes):
-            node = ni.node
-            if node is None or node.taints:
-                s, st = score(state, pod, ni)
-                if st is not None:
-                    return out, st
-                out[i] = s
-        if state.get(tt.PRE_SCORE_KEY) is None:
-            return out, Status.as_error(
-                f'failed to read "{tt.PRE_SCORE_KEY}" from cycleState: not found', tt.NAME
-            )
-        return out, None
-
-    tt.TaintToleration.score_nodes = taint_score_nodes  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- filtering
@@ -526,39 +307,6 @@ def _score_ints() -> None:
 
 
 # --------------------------------------------------------------------------- queue
-
-
-@patch("trim-events")
-def _trim_events() -> None:
-    from kscheduler.queue import SchedulingQueue
-
-    first = itemgetter(0)
-    original_pop = SchedulingQueue.pop
-
-    async def pop(self: SchedulingQueue) -> Any:
-        qp = await original_pop(self)
-        if qp is not None:
-            # re-insert at the end: insertion order == since_seq order, so the
-            # first in-flight entry is always the oldest
-            uid = qp.pod.uid
-            entry = self._in_flight.pop(uid, None)
-            if entry is not None:
-                self._in_flight[uid] = entry
-        return qp
-
-    def trim(self: SchedulingQueue) -> None:
-        log = self._event_log
-        if not self._in_flight:
-            log.clear()
-            return
-        if not log:
-            return
-        oldest = next(iter(self._in_flight.values())).since_seq
-        if log[0][0] <= oldest:
-            del log[: bisect.bisect_right(log, oldest, key=first)]
-
-    SchedulingQueue.pop = pop  # type: ignore[method-assign]
-    SchedulingQueue._trim_events = trim  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- incremental counts
