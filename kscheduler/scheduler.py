@@ -20,7 +20,7 @@ from kscheduler.binder import TaskTracker
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.events import micro_time
 from kscheduler.extender import HTTPExtender, bind_with_extenders, close_extenders
-from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.cycle_state import PODS_TO_ACTIVATE_KEY, CycleState
 from kscheduler.framework.runtime import Framework
 from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import PodInfo, QueuedPodInfo
@@ -32,10 +32,6 @@ SCHEDULED = "scheduled"
 UNSCHEDULABLE = "unschedulable"
 ERROR = "error"
 
-#: CycleState key under which plugins leave the UIDs (a set) of pods to move to
-#: activeQ when the cycle ends well, e.g. the siblings of a gang member (upstream's
-#: "kubernetes.io/pods-to-activate").
-PODS_TO_ACTIVATE_KEY = "kubernetes.io/pods-to-activate"
 
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"

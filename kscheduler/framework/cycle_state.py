@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+#: CycleState key under which plugins leave the UIDs (a set) of pods to move to
+#: activeQ when the cycle ends well, e.g. the siblings of a gang member (upstream's
+#: "kubernetes.io/pods-to-activate").
+PODS_TO_ACTIVATE_KEY = "kubernetes.io/pods-to-activate"
+
 
 class CycleState:
     """Data a plugin computes in PreFilter/PreScore and reads in Filter/Score.

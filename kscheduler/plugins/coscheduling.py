@@ -62,6 +62,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.args import Fields
+from kscheduler.framework.cycle_state import PODS_TO_ACTIVATE_KEY
 
 NAME = "Coscheduling"
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
@@ -70,9 +71,6 @@ DEFAULT_PERMIT_WAITING_TIME_SECONDS = 60
 #: A pending member not seen by the queue for this long is forgotten. Pending pods
 #: pass PreEnqueue again at least every five minutes (the unschedulable flush).
 STALE_MEMBER_SECONDS = 600.0
-#: The scheduler moves the pods whose UIDs are in this set to activeQ after the
-#: cycle (kscheduler.scheduler.PODS_TO_ACTIVATE_KEY).
-PODS_TO_ACTIVATE_KEY = "kubernetes.io/pods-to-activate"
 
 
 @dataclass(frozen=True, slots=True)
