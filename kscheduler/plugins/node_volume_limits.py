@@ -47,6 +47,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.interface import ObjectLister
+from kscheduler.framework.storage import claim_storage_class, owned_by_pod
 
 NAME = "NodeVolumeLimits"
 STATE_KEY = "PreFilter" + NAME
@@ -54,7 +55,6 @@ STATE_KEY = "PreFilter" + NAME
 ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
 
 MIGRATED_PLUGINS_ANNOTATION = "storage.alpha.kubernetes.io/migrated-plugins"
-ANN_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 
 Source = Mapping[str, Any]
 
@@ -239,7 +239,7 @@ class NodeVolumeLimits:
                         f'persistentvolumeclaim "{claim_name}" not found'
                     )
                 continue  # no telling what it is: not counted
-            if ephemeral and not _owned_by(pvc, pod):
+            if ephemeral and not owned_by_pod(_dict(pvc.get("metadata")), pod):
                 return Status.as_error(
                     f"PVC {pod.namespace}/{claim_name} was not created for pod "
                     f"{pod.namespace}/{pod.name} (pod is not owner)"
@@ -297,7 +297,7 @@ class NodeVolumeLimits:
 
         No class, or a missing one, means immediate binding: the claim should be bound
         by now, so it is not counted."""
-        class_name = _claim_class(pvc)
+        class_name = claim_storage_class(pvc)
         if not class_name:
             return "", ""
         sc = self._objects.get("storageclasses", "", class_name)
@@ -417,20 +417,6 @@ def _may_attach(vol: Mapping[str, Any]) -> bool:
         return True
     sources = [p.source for p in IN_TREE_PLUGINS] + list(_OTHER_MIGRATABLE_SOURCES)
     return any(isinstance(vol.get(s), dict) for s in sources)
-
-
-def _owned_by(pvc: Mapping[str, Any], pod: PodInfo) -> bool:
-    for ref in _dict(pvc.get("metadata")).get("ownerReferences") or ():
-        if isinstance(ref, dict) and ref.get("controller") is True:
-            return bool(ref.get("uid") == pod.uid)
-    return False
-
-
-def _claim_class(pvc: Mapping[str, Any]) -> str:
-    annotations = _dict(_dict(pvc.get("metadata")).get("annotations"))
-    if ANN_BETA_STORAGE_CLASS in annotations:
-        return str(annotations[ANN_BETA_STORAGE_CLASS])
-    return str(_dict(pvc.get("spec")).get("storageClassName") or "")
 
 
 def _list_optional(objects: ObjectLister, kind: str) -> list[dict[str, Any]]:

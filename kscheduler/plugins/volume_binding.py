@@ -77,6 +77,7 @@ from kscheduler.framework.selectors import (
     SelectorError,
     parse_node_selector_term,
 )
+from kscheduler.framework.storage import ANN_BETA_STORAGE_CLASS, owned_by_pod
 
 NAME = "VolumeBinding"
 STATE_KEY = NAME
@@ -96,7 +97,6 @@ ERR_UNBOUND_IMMEDIATE_CLAIMS = "pod has unbound immediate PersistentVolumeClaims
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
-ANN_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
@@ -900,19 +900,12 @@ def _usable(
         )
     if meta.get("deletionTimestamp"):
         return Status.unresolvable(f'persistentvolumeclaim "{claim_name}" is being deleted')
-    if ephemeral and not _owned_by(meta, pod):
+    if ephemeral and not owned_by_pod(meta, pod):
         return Status.unresolvable(
             f"PVC {meta.get('namespace', '')}/{meta.get('name', '')} was not created for pod "
             f"{pod.namespace}/{pod.name} (pod is not owner)"
         )
     return None
-
-
-def _owned_by(meta: Mapping[str, Any], pod: PodInfo) -> bool:
-    for ref in meta.get("ownerReferences") or ():
-        if isinstance(ref, dict) and ref.get("controller") is True:
-            return bool(ref.get("uid") == pod.uid)
-    return False
 
 
 def _bound_by_controller_ok(volume: Volume, claim: Claim) -> bool:

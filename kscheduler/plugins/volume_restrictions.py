@@ -37,6 +37,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.interface import ObjectLister, SharedLister
+from kscheduler.framework.storage import claim_names
 
 NAME = "VolumeRestrictions"
 STATE_KEY = "PreFilter" + NAME
@@ -174,16 +175,6 @@ class VolumeRestrictions:
         if meta.get("name") in claim_names(pod.spec):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
-
-
-def claim_names(spec: Mapping[str, Any]) -> list[str]:
-    """Names of the claims referenced by ``persistentVolumeClaim`` volumes."""
-    out = []
-    for v in _volumes(spec):
-        claim = v.get("persistentVolumeClaim")
-        if isinstance(claim, dict):
-            out.append(str(claim.get("claimName") or ""))
-    return out
 
 
 def _fits_disks(spec: Mapping[str, Any], existing_specs: Iterable[Mapping[str, Any]]) -> bool:

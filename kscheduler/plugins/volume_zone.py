@@ -35,6 +35,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.interface import ObjectLister
+from kscheduler.framework.storage import claim_names, claim_storage_class
 
 NAME = "VolumeZone"
 STATE_KEY = "PreFilter" + NAME
@@ -52,7 +53,6 @@ _GA_LABEL = {LABEL_BETA_ZONE: LABEL_ZONE, LABEL_BETA_REGION: LABEL_REGION}
 MULTI_ZONE_DELIMITER = "__"
 
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
-ANN_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +144,7 @@ class VolumeZone:
 
     def _pod_topologies(self, pod: PodInfo) -> tuple[list[PVTopology], Status | None]:
         out: list[PVTopology] = []
-        for claim_name in _claim_names(pod.spec):
+        for claim_name in claim_names(pod.spec):
             if not claim_name:
                 return [], Status.unresolvable("PersistentVolumeClaim had no name")
             pvc = self._objects.get("persistentvolumeclaims", pod.namespace, claim_name)
@@ -152,7 +152,7 @@ class VolumeZone:
                 return [], Status.unresolvable(f'persistentvolumeclaim "{claim_name}" not found')
             pv_name = _dict(pvc.get("spec")).get("volumeName") or ""
             if not pv_name:
-                class_name = _claim_class(pvc)
+                class_name = claim_storage_class(pvc)
                 if not class_name:
                     return [], Status.unresolvable(
                         "PersistentVolumeClaim had no pv name and storageClass name"
@@ -179,9 +179,7 @@ class VolumeZone:
     # ---- queueing hints --------------------------------------------------------------
     def _after_claim_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         meta = _dict(_dict(new).get("metadata"))
-        if meta.get("namespace", "") == pod.namespace and meta.get("name") in _claim_names(
-            pod.spec
-        ):
+        if meta.get("namespace", "") == pod.namespace and meta.get("name") in claim_names(pod.spec):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
 
@@ -223,22 +221,6 @@ def label_zones_to_set(value: str) -> frozenset[str] | None:
             return None
         zones.add(zone)
     return frozenset(zones)
-
-
-def _claim_names(spec: Mapping[str, Any]) -> list[str]:
-    out = []
-    for v in spec.get("volumes") or ():
-        claim = v.get("persistentVolumeClaim") if isinstance(v, dict) else None
-        if isinstance(claim, dict):
-            out.append(str(claim.get("claimName") or ""))
-    return out
-
-
-def _claim_class(pvc: Mapping[str, Any]) -> str:
-    annotations = _dict(_dict(pvc.get("metadata")).get("annotations"))
-    if ANN_BETA_STORAGE_CLASS in annotations:
-        return str(annotations[ANN_BETA_STORAGE_CLASS])
-    return str(_dict(pvc.get("spec")).get("storageClassName") or "")
 
 
 def _dict(v: Any) -> dict[str, Any]:
