@@ -207,16 +207,30 @@ class Algorithm:
         feasible: list[NodeInfo] = []
         statuses = diagnosis.node_to_status.statuses
         start = self.next_start_node_index % n if sample else 0
-        run_filter = fwk.run_filter
-        nominator_has = fwk.nominated_pods_for_node
+        # The hot loop: Framework.run_filter inlined, with the plugins this cycle
+        # skips resolved once, and the nominated-pods check a set lookup.
+        filters = fwk.filters_to_run(state)
+        nominated_nodes = fwk.nodes_with_nominated_pods()
+        success, error = Code.SUCCESS, Code.ERROR
         visited = 0
-        for i in range(n):
-            ni = nodes[(start + i) % n]
+        for ni in [*nodes[start:], *nodes[:start]] if start else nodes:
             visited += 1
-            if nominator_has(ni.name):
+            if nominated_nodes and ni.name in nominated_nodes:
                 st = fwk.run_filter_with_nominated_pods(state, pod, ni)
             else:
-                st = run_filter(state, pod, ni)
+                st = None
+                for name, f in filters:
+                    try:
+                        st = f(state, pod, ni)
+                    except Exception as exc:
+                        st = Status.as_error(exc, name)
+                        break
+                    if st is not None:
+                        if st.code != success:
+                            if not st.plugin:
+                                st.plugin = name
+                            break
+                        st = None
             if record is not None:
                 record.statuses[ni.name] = st
             if st is None:
@@ -225,7 +239,7 @@ class Algorithm:
                     record.feasible.append(ni.name)
                 if len(feasible) >= to_find:
                     break
-            elif st.code == Code.ERROR:
+            elif st.code == error:
                 raise ScheduleError(st)
             else:
                 statuses[ni.name] = st
@@ -251,24 +265,18 @@ class Algorithm:
     def select_host(
         self, nodes: Sequence[NodeInfo], scores: dict[str, list[NodeScore]]
     ) -> tuple[str, dict[str, int]]:
-        """Highest total wins; ties are broken uniformly at random (reservoir sampling)."""
-        totals = [0] * len(nodes)
-        for plugin_scores in scores.values():
-            for i, s in enumerate(plugin_scores):
-                totals[i] += s.score
-        best = -1
-        chosen = ""
-        ties = 0
-        rnd = self.rng.randrange
-        for i, ni in enumerate(nodes):
-            t = totals[i]
-            if t > best:
-                best, chosen, ties = t, ni.name, 1
-            elif t == best:
-                ties += 1
-                if rnd(ties) == 0:
-                    chosen = ni.name
-        return chosen, {ni.name: totals[i] for i, ni in enumerate(nodes)}
+        """Highest total wins; ties are broken uniformly at random."""
+        if scores:
+            totals = [
+                sum(t)
+                for t in zip(*([s.score for s in per] for per in scores.values()), strict=True)
+            ]
+        else:
+            totals = [0] * len(nodes)
+        best = max(totals)
+        ties = [i for i, t in enumerate(totals) if t == best]
+        pick = ties[0] if len(ties) == 1 else ties[self.rng.randrange(len(ties))]
+        return nodes[pick].name, {ni.name: totals[i] for i, ni in enumerate(nodes)}
 
     # ---- with extenders -------------------------------------------------------------------------
     async def schedule_pod_with_extenders(

@@ -17,7 +17,7 @@ import bisect
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -461,6 +461,9 @@ class SchedulingQueue:
     def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
         pods = self._nominated.get(node_name)
         return list(pods.values()) if pods else []
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        return self._nominated.keys()
 
     def nominated_node(self, uid: str) -> str:
         return self._nominated_by_uid.get(uid, "")

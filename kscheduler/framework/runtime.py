@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,12 +41,19 @@ from kscheduler.framework.registry import Registry
 from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
 
+#: A bound Filter method: (state, pod, node) -> None or a Status.
+FilterFn = Callable[[CycleState, PodInfo, NodeInfo], Status | None]
+
 #: Permit may hold a pod for at most this long.
 MAX_PERMIT_WAIT = 15 * 60.0
 
 
 class Nominator(Protocol):
     def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]: ...
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        """The names of the nodes that have nominated pods (a live view is fine)."""
+        ...
 
 
 class FrameworkObserver(Protocol):
@@ -181,7 +188,9 @@ class Framework:
                     f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0"
                 )
         # (plugin, filter-as-bound-method) pairs for the hot loop
-        self._filters = [(p.name, p.filter) for p in self.filter_plugins]
+        self._filters: list[tuple[str, FilterFn]] = [
+            (p.name, p.filter) for p in self.filter_plugins
+        ]
         # (plugin, its batch scorer or None, normalizes?, weight), worked out once:
         # isinstance on a Protocol is slow
         self._score_plan = [
@@ -216,6 +225,16 @@ class Framework:
 
     def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
         return self._nominator.nominated_pods_for_node(node_name) if self._nominator else []
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        return self._nominator.nodes_with_nominated_pods() if self._nominator else ()
+
+    def filters_to_run(self, state: CycleState) -> list[tuple[str, FilterFn]]:
+        """(plugin name, filter) pairs of this cycle: the plugins PreFilter skipped left out."""
+        skip = state.skip_filter_plugins
+        return (
+            [(name, f) for name, f in self._filters if name not in skip] if skip else self._filters
+        )
 
     def iterate_waiting_pods(self) -> list[WaitingPod]:
         return list(self.waiting_pods.values())

@@ -529,6 +529,20 @@ class NodeResourcesFit:
             return Status.as_error(
                 f'error reading "{PRE_FILTER_KEY}" from cycleState: not found', NAME
             )
+        if not req.scalar:
+            # the common case, answered without building the list of short resources
+            alloc = node_info.allocatable
+            used = node_info.requested
+            if (
+                len(node_info.pods) < alloc.allowed_pods
+                and (req.milli_cpu <= 0 or req.milli_cpu <= alloc.milli_cpu - used.milli_cpu)
+                and (req.memory <= 0 or req.memory <= alloc.memory - used.memory)
+                and (
+                    req.ephemeral_storage <= 0
+                    or req.ephemeral_storage <= alloc.ephemeral_storage - used.ephemeral_storage
+                )
+            ):
+                return None
         short = insufficient_resources(req, node_info, self._ignored, self._ignored_groups)
         if not short:
             return None

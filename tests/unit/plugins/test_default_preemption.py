@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -79,6 +79,9 @@ class Nominator:
 
     def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
         return list(self.nominated.get(node_name, []))
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        return [n for n, pods in self.nominated.items() if pods]
 
 
 class Env:
