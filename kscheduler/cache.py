@@ -20,6 +20,11 @@ There is no copy per cycle: the scheduling cycle runs on the event loop without
 awaiting between taking the snapshot and assuming the pod, so the cache cannot
 change under it. :class:`Snapshot` only re-derives the ordered node list and the
 affinity lists when the node set or those pods changed.
+
+The cache also logs the name of every node whose Node object or pods change
+(:meth:`Cache.changes_since`), so that plugins can keep per-node results across
+cycles and recompute only the changed nodes. The log is dropped once it holds
+``change_log_limit`` entries; a reader that had not caught up then starts over.
 """
 
 from __future__ import annotations
@@ -28,10 +33,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kscheduler.framework.interface import NodeChanges
 from kscheduler.framework.types import NodeInfo, NodeRecord, PodInfo, pod_pvc_names
 
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
+
+#: Entries the change log holds before it is dropped (a few MB at most).
+CHANGE_LOG_LIMIT = 200_000
 
 
 def zone_key(labels: dict[str, str]) -> str:
@@ -52,7 +61,11 @@ class Cache:
     """Aggregates per node; assumed pods; see the module docstring for the state machine."""
 
     def __init__(
-        self, *, assumed_ttl: float = 0.0, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        assumed_ttl: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        change_log_limit: int = CHANGE_LOG_LIMIT,
     ) -> None:
         self.nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, _PodState] = {}
@@ -64,6 +77,11 @@ class Cache:
         self._node_list_dirty = True
         self._affinity_dirty = True
         self.generation = 0
+        #: Names of the nodes whose Node object or pods changed, oldest first; entry i
+        #: is change number ``_changes_base + i`` (a cursor counts changes).
+        self._changes: list[str] = []
+        self._changes_base = 0
+        self.change_log_limit = change_log_limit
 
     # ---- nodes ---------------------------------------------------------------------------
     def add_node(self, node: NodeRecord) -> NodeInfo:
@@ -81,6 +99,7 @@ class Cache:
             ni.node = node
             ni.generation += 1
         self.generation += 1
+        self._changed(node.name)
         return ni
 
     update_node = add_node
@@ -98,6 +117,7 @@ class Cache:
         else:
             del self.nodes[name]
         self.generation += 1
+        self._changed(name)
 
     def _zone_add(self, node: NodeRecord) -> None:
         self._zones.setdefault(zone_key(node.labels), []).append(node.name)
@@ -124,6 +144,7 @@ class Cache:
         if pod.has_affinity():
             self._affinity_dirty = True
         self.generation += 1
+        self._changed(pod.node_name)
 
     def _unplace(self, pod: PodInfo) -> None:
         ni = self.nodes.get(pod.node_name)
@@ -135,6 +156,7 @@ class Cache:
         if ni.node is None and not ni.pods:
             del self.nodes[pod.node_name]
         self.generation += 1
+        self._changed(pod.node_name)
 
     def is_assumed(self, uid: str) -> bool:
         st = self._pods.get(uid)
@@ -204,6 +226,31 @@ class Cache:
     def assumed_pods(self) -> list[PodInfo]:
         return [s.pod for s in self._pods.values() if s.assumed]
 
+    # ---- change log ----------------------------------------------------------------------
+    def _changed(self, name: str) -> None:
+        changes = self._changes
+        if len(changes) >= self.change_log_limit:
+            # Drop the log: readers at its end keep their place, the others start over.
+            self._changes_base += len(changes)
+            changes.clear()
+        changes.append(name)
+
+    def change_cursor(self) -> int:
+        """The number of changes logged so far: a cursor for :meth:`changes_since`."""
+        return self._changes_base + len(self._changes)
+
+    def changes_since(self, cursor: int | None) -> NodeChanges:
+        """Nodes whose Node object or pods changed since ``cursor``, in order of first change.
+
+        The names are None when ``cursor`` is None or no longer (or never) covered by
+        the log: the reader must start over from the full node list.
+        """
+        base = self._changes_base
+        end = base + len(self._changes)
+        if cursor is None or not base <= cursor <= end:
+            return NodeChanges(None, end)
+        return NodeChanges(dict.fromkeys(self._changes[cursor - base :]).keys(), end)
+
     # ---- snapshot ------------------------------------------------------------------------
     def ordered_node_names(self) -> list[str]:
         """Node names interleaved across zones, as kube-scheduler's node tree lists them."""
@@ -271,6 +318,14 @@ class Snapshot:
 
     def num_nodes(self) -> int:
         return len(self._list)
+
+    def changes_since(self, cursor: int | None) -> NodeChanges | None:
+        """The cache's change log (see :meth:`Cache.changes_since`); None when the cache
+        changed after the last :meth:`update`, as the node list may then be stale."""
+        c = self._cache
+        if c.generation != self._gen:
+            return None
+        return c.changes_since(cursor)
 
 
 __all__ = ["Cache", "Snapshot", "pod_pvc_names", "zone_key"]

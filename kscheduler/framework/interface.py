@@ -9,7 +9,7 @@ client: what they need of the cluster comes through :class:`Handle`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -275,6 +275,18 @@ class PostBindPlugin(Plugin, Protocol):
         """Informational, after a successful bind."""
 
 
+@dataclass(frozen=True, slots=True)
+class NodeChanges:
+    """What :meth:`SharedLister.changes_since` reports."""
+
+    #: Nodes whose Node object or pods changed since the cursor asked about, each once.
+    #: None when those changes are not known (no cursor, or the log was reset since):
+    #: start over from node_infos().
+    names: Collection[str] | None
+    #: Where the next call picks up.
+    cursor: int
+
+
 class SharedLister(Protocol):
     """Read access to the scheduling cycle's view of the nodes."""
 
@@ -287,6 +299,14 @@ class SharedLister(Protocol):
     def have_pods_with_required_anti_affinity(self) -> Sequence[NodeInfo]: ...
 
     def is_pvc_used_by_pods(self, key: str) -> bool: ...
+
+    def changes_since(self, cursor: int | None) -> NodeChanges | None:
+        """The nodes changed since ``cursor`` (from an earlier answer; None at first).
+
+        None when the lister cannot tell now (it keeps no change log, or its view is
+        not up to date): read node_infos() in full. Callers also treat a lister
+        without this method that way.
+        """
 
 
 class ObjectLister(Protocol):

@@ -10,6 +10,9 @@ Filter then looks the node's labels up in those counts. A pod whose affinity fin
 no match anywhere may still go where all its topology keys exist, as long as it
 matches its own terms (the first pod of a group with affinity to itself).
 
+PreFilter keeps these counts per node across cycles when it can (see
+_tracked_filter_state), counting again only the nodes changed since the last cycle.
+
 PreScore sums term weights per topology pair: the incoming pod's preferred terms
 over existing pods, and existing pods' preferred terms (and required affinity
 terms, weighted by hardPodAffinityWeight) over the incoming pod. Score adds the
@@ -39,6 +42,7 @@ from kscheduler.framework import (
     QueueingHint,
     Status,
 )
+from kscheduler.framework.aggregate import Contribution, NodeAggregate, NodeAggregates
 from kscheduler.framework.args import Fields
 from kscheduler.framework.selectors import LabelSelector
 from kscheduler.framework.types import AffinityTerm
@@ -162,6 +166,41 @@ def _resolve(terms: Iterable[AffinityTerm], namespaces: _Namespaces) -> tuple[Re
     return tuple(out)
 
 
+def _count_value(share: Contribution[str, str], key: str, labels: Mapping[str, str]) -> None:
+    """Count one pod in the node's domain for topology ``key`` (if it has the label)."""
+    value = labels.get(key)
+    if value is not None:
+        per_value = share.get(key)
+        if per_value is None:
+            per_value = share[key] = {}
+        per_value[value] = per_value.get(value, 0) + 1
+
+
+def _pair_counts(totals: Mapping[str, Mapping[str, int]]) -> dict[TopologyPair, int]:
+    """topology key -> value -> count, as (key, value) -> count."""
+    return {(key, value): n for key, per_value in totals.items() for value, n in per_value.items()}
+
+
+def _existing_contribution(
+    ni: NodeInfo, node: NodeRecord
+) -> Contribution[AffinityTerm, TopologyPair]:
+    """A node's existing pods' required anti-affinity: term -> topology pair -> pods."""
+    share: Contribution[AffinityTerm, TopologyPair] = {}
+    if not ni.pods_with_required_anti_affinity:
+        return share
+    labels = node.labels
+    for other in ni.pods_with_required_anti_affinity.values():
+        for t in other.required_anti_affinity:
+            value = labels.get(t.topology_key)
+            if value is not None:
+                per_pair = share.get(t)
+                if per_pair is None:
+                    per_pair = share[t] = {}
+                pair = (t.topology_key, value)
+                per_pair[pair] = per_pair.get(pair, 0) + 1
+    return share
+
+
 def _add(counts: dict[TopologyPair, int], pair: TopologyPair, delta: int) -> None:
     n = counts.get(pair, 0) + delta
     if n == 0:
@@ -278,6 +317,10 @@ class InterPodAffinity:
     def __init__(self, args: InterPodAffinityArgs, handle: Handle) -> None:
         self.args = args
         self._handle = handle
+        #: Existing pods' required anti-affinity per term, kept across cycles.
+        self._existing: NodeAggregate[AffinityTerm, TopologyPair] = NodeAggregate()
+        #: Pods matching an incoming pod's resolved terms, kept across cycles by terms.
+        self._matching: NodeAggregates[str, str] = NodeAggregates()
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> InterPodAffinity:
@@ -350,7 +393,23 @@ class InterPodAffinity:
         affinity = _resolve(pod.required_affinity, namespaces)
         anti = _resolve(pod.required_anti_affinity, namespaces)
         ns_labels = namespaces.labels_of(pod.namespace)
+        s = self._tracked_filter_state(pod, nodes, affinity, anti, ns_labels)
+        if s is None:
+            s = self._scanned_filter_state(pod, nodes, affinity, anti, ns_labels)
+        if not s.existing_anti_affinity_counts and not affinity and not anti:
+            return None, Status.skip()
+        state.write(PRE_FILTER_KEY, s)
+        return None, None
 
+    def _scanned_filter_state(
+        self,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        affinity: tuple[ResolvedTerm, ...],
+        anti: tuple[ResolvedTerm, ...],
+        ns_labels: dict[str, str],
+    ) -> FilterState:
+        """PreFilter's counts from every pod of every node."""
         existing: dict[TopologyPair, int] = {}
         for ni in self._handle.snapshot.have_pods_with_required_anti_affinity():
             node = ni.node
@@ -384,22 +443,87 @@ class InterPodAffinity:
                         if value is not None and rt.matches(other):
                             pair = (rt.topology_key, value)
                             anti_counts[pair] = anti_counts.get(pair, 0) + 1
-
-        if not existing and not affinity and not anti:
-            return None, Status.skip()
-        state.write(
-            PRE_FILTER_KEY,
-            FilterState(
-                affinity,
-                anti,
-                ns_labels,
-                existing,
-                affinity_counts,
-                anti_counts,
-                _matches_all(affinity, pod),
-            ),
+        return FilterState(
+            affinity,
+            anti,
+            ns_labels,
+            existing,
+            affinity_counts,
+            anti_counts,
+            _matches_all(affinity, pod),
         )
-        return None, None
+
+    def _tracked_filter_state(
+        self,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        affinity: tuple[ResolvedTerm, ...],
+        anti: tuple[ResolvedTerm, ...],
+        ns_labels: dict[str, str],
+    ) -> FilterState | None:
+        """_scanned_filter_state from per-node counts kept across cycles; None when
+        ``nodes`` is not the snapshot's node list or the snapshot cannot say which
+        nodes changed (see NodeAggregate.refresh).
+
+        Existing pods' anti-affinity is counted per distinct term, independently of
+        the incoming pod, so each term is matched against it once per cycle (with the
+        namespace labels of this cycle). The incoming pod's own terms are counted in
+        an aggregate keyed by the resolved terms: their namespaceSelectors resolved
+        with this cycle's namespace labels are part of the key, so a namespace label
+        change leads to a new aggregate rather than stale counts.
+        """
+        snapshot = self._handle.snapshot
+        if not self._existing.refresh(snapshot, nodes, _existing_contribution):
+            return None
+        existing: dict[TopologyPair, int] = {}
+        for term, pairs in self._existing.totals.items():
+            if _existing_term_matches(term, pod, ns_labels):
+                for pair, n in pairs.items():
+                    existing[pair] = existing.get(pair, 0) + n
+
+        affinity_counts: dict[TopologyPair, int] = {}
+        if affinity:
+
+            def affinity_contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[str, str]:
+                labels = node.labels
+                share: Contribution[str, str] = {}
+                for other in ni.pods.values():
+                    if _matches_all(affinity, other):
+                        for rt in affinity:
+                            _count_value(share, rt.topology_key, labels)
+                return share
+
+            agg = self._matching.get(("affinity", affinity))
+            if not agg.refresh(snapshot, nodes, affinity_contribution):
+                return None
+            affinity_counts = _pair_counts(agg.totals)
+
+        anti_counts: dict[TopologyPair, int] = {}
+        if anti:
+
+            def anti_contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[str, str]:
+                labels = node.labels
+                share: Contribution[str, str] = {}
+                for other in ni.pods.values():
+                    for rt in anti:
+                        if rt.matches(other):
+                            _count_value(share, rt.topology_key, labels)
+                return share
+
+            agg = self._matching.get(("anti", anti))
+            if not agg.refresh(snapshot, nodes, anti_contribution):
+                return None
+            anti_counts = _pair_counts(agg.totals)
+
+        return FilterState(
+            affinity,
+            anti,
+            ns_labels,
+            existing,
+            affinity_counts,
+            anti_counts,
+            _matches_all(affinity, pod),
+        )
 
     def pre_filter_extensions(self) -> InterPodAffinity:
         return self

@@ -9,6 +9,9 @@ Services, ReplicationControllers, ReplicaSets and StatefulSets selecting the pod
   inclusion policies) and keeps the two smallest domains (the "critical paths").
   Filter is then a few dict lookups per node:
   ``count(domain) + selfMatch - globalMin > maxSkew`` rejects the node.
+  Where the counts cannot depend on the incoming pod beyond its namespace and
+  constraints, each node's counts are kept across cycles and only the nodes
+  changed since the last cycle are counted again (see _tracked_domain_counts).
 * PreScore does the same for ScheduleAnyway constraints, limited to the domains
   of the filtered nodes; Score sums ``count * ln(domains + 2) + (maxSkew - 1)``;
   NormalizeScore maps the lowest sum to 100.
@@ -16,6 +19,7 @@ Services, ReplicationControllers, ReplicaSets and StatefulSets selecting the pod
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from kscheduler.framework import (
     QueueingHint,
     Status,
 )
+from kscheduler.framework.aggregate import Contribution, NodeAggregates
 from kscheduler.framework.args import INT32_MAX, INT32_MIN, ConfigError, Fields
 from kscheduler.framework.selectors import LabelSelector, Requirement, SelectorError
 from kscheduler.framework.types import tolerates_taint
@@ -63,6 +68,11 @@ _EXT_KEY = NAME
 
 #: Initial match number of an empty critical path.
 _NO_MATCH = INT32_MAX
+
+#: Groups of a node's tracked counts, per constraint index: its matching pods, and
+#: 1 for its domain (so that domains without matching pods are counted too).
+_PODS = "pods"
+_NODES = "nodes"
 
 
 # --------------------------------------------------------------------------- args
@@ -372,6 +382,27 @@ def _count_matching(pods: Iterable[PodInfo], selector: LabelSelector, namespace:
     return n
 
 
+def _domain_counts(
+    pod: PodInfo, constraints: Sequence[Constraint], nodes: Sequence[NodeInfo]
+) -> list[dict[str, int]]:
+    """Per constraint: domain -> matching pods, over the nodes that count for it."""
+    counts: list[dict[str, int]] = [{} for _ in constraints]
+    counter = _NodeCounter(pod, constraints)
+    for ni in nodes:
+        node = ni.node
+        if node is None:
+            continue
+        labels = node.labels
+        if not _has_all_keys(labels, constraints):
+            continue
+        for i, n in enumerate(counter.counts(ni, node)):
+            if n is None:
+                continue
+            value = labels[constraints[i].topology_key]
+            counts[i][value] = counts[i].get(value, 0) + n
+    return counts
+
+
 def _selector_groups(constraints: Sequence[Constraint]) -> list[int]:
     """Index of the first constraint with an equal selector (counts are shared)."""
     groups: list[int] = []
@@ -432,6 +463,20 @@ class _NodeCounter:
 
 
 # ------------------------------------------------------------------------ states
+
+
+def _critical_paths(per_domain: Mapping[str, int]) -> list[Any]:
+    """The two domains with the fewest matching pods, [value0, num0, value1, num1].
+
+    Ties go to the smaller value, so that the paths depend on the counts alone and
+    not on the order in which the domains were counted.
+    """
+    paths: list[Any] = ["", _NO_MATCH, "", _NO_MATCH]
+    fewest = heapq.nsmallest(2, per_domain.items(), key=lambda item: (item[1], item[0]))
+    for i, (value, num) in enumerate(fewest):
+        paths[2 * i] = value
+        paths[2 * i + 1] = num
+    return paths
 
 
 def _update_paths(paths: list[Any], value: str, num: int) -> None:
@@ -537,6 +582,8 @@ class PodTopologySpread:
         self.default_constraints: tuple[DefaultConstraint, ...] = (
             SYSTEM_DEFAULT_CONSTRAINTS if self.system_defaulted else args.default_constraints
         )
+        #: PreFilter's per-node counts kept across cycles, by namespace and constraints.
+        self._aggregates: NodeAggregates[tuple[int, str], str] = NodeAggregates()
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> PodTopologySpread:
@@ -683,29 +730,54 @@ class PodTopologySpread:
             return None, Status.as_error(f"get constraints from pod: {exc}")
         if not constraints:
             return None, Status.skip()
-        counts: list[dict[str, int]] = [{} for _ in constraints]
-        counter = _NodeCounter(pod, constraints)
-        for ni in nodes:
-            node = ni.node
-            if node is None:
-                continue
-            labels = node.labels
-            if not _has_all_keys(labels, constraints):
-                continue
-            for i, n in enumerate(counter.counts(ni, node)):
-                if n is None:
-                    continue
-                value = labels[constraints[i].topology_key]
-                counts[i][value] = counts[i].get(value, 0) + n
-        paths: list[list[Any]] = []
-        for per_domain in counts:
-            p: list[Any] = ["", _NO_MATCH, "", _NO_MATCH]
-            for value, num in per_domain.items():
-                _update_paths(p, value, num)
-            paths.append(p)
+        counts = self._tracked_domain_counts(pod, constraints, nodes)
+        if counts is None:
+            counts = _domain_counts(pod, constraints, nodes)
+        paths = [_critical_paths(per_domain) for per_domain in counts]
         self_match = tuple(1 if c.matches(pod.labels) else 0 for c in constraints)
         state.write(PRE_FILTER_KEY, FilterState(constraints, counts, paths, self_match))
         return None, None
+
+    def _tracked_domain_counts(
+        self, pod: PodInfo, constraints: tuple[Constraint, ...], nodes: Sequence[NodeInfo]
+    ) -> list[dict[str, int]] | None:
+        """_domain_counts from per-node counts kept across cycles; None if they cannot
+        be used: a node inclusion policy makes the counts depend on the pod, ``nodes``
+        is not the snapshot's node list, or the snapshot cannot say which nodes
+        changed (see NodeAggregate.refresh)."""
+        if any(c.honor_node_taints for c in constraints):
+            return None  # on the pod's tolerations
+        if (pod.node_selector or pod.required_node_affinity is not None) and any(
+            c.honor_node_affinity for c in constraints
+        ):
+            return None  # on the pod's node selector and affinity
+        # Past these checks a node's counts depend on its labels and pods, the pod's
+        # namespace and each constraint's topology key and selector: the key. (A
+        # default selector comes from Services and controllers: it is in the key.)
+        key = (pod.namespace, tuple((c.topology_key, c.selector) for c in constraints))
+        counter = _NodeCounter(pod, constraints)
+
+        def contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[tuple[int, str], str]:
+            labels = node.labels
+            if not _has_all_keys(labels, constraints):
+                return {}
+            share: Contribution[tuple[int, str], str] = {}
+            for i, n in enumerate(counter.counts(ni, node)):
+                if n is not None:
+                    value = labels[constraints[i].topology_key]
+                    share[(i, _PODS)] = {value: n}
+                    share[(i, _NODES)] = {value: 1}
+            return share
+
+        agg = self._aggregates.get(key)
+        if not agg.refresh(self._handle.snapshot, nodes, contribution):
+            return None
+        counts: list[dict[str, int]] = []
+        for i in range(len(constraints)):
+            domains = agg.totals.get((i, _NODES), {})
+            matching = agg.totals.get((i, _PODS), {})
+            counts.append({value: matching.get(value, 0) for value in domains})
+        return counts
 
     def pre_filter_extensions(self) -> PodTopologySpread:
         return self
