@@ -5,7 +5,7 @@
     python -m bench.run --size quick --workloads SchedulingBasic --throttle unthrottled \\
         --schedulers kscheduler --kscheduler-profiler py-spy
     python -m bench.run --size 5000 --workloads SchedulingBasic --throttle unthrottled \\
-        --kscheduler-patches select-host --kscheduler-patches ALL   # proposals, side by side
+        --kscheduler-patches ALL   # bench.experiments proposals, side by side
 
 One harness control plane (etcd + kube-apiserver) serves the whole run. For
 each workload the nodes are created once; then, for each client setting
