@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kscheduler.framework.interface import NodeChanges
+from kscheduler.framework.interface import ImageState, NodeChanges
 from kscheduler.framework.types import NodeInfo, NodeRecord, PodInfo, pod_pvc_names
 
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
@@ -82,6 +82,10 @@ class Cache:
         self._changes: list[str] = []
         self._changes_base = 0
         self.change_log_limit = change_log_limit
+        #: image name -> [size, names of the nodes holding it]. As in kube-scheduler,
+        #: the size is the one reported by the first node seen with the image, kept
+        #: while any node holds it.
+        self._images: dict[str, tuple[int, set[str]]] = {}
 
     # ---- nodes ---------------------------------------------------------------------------
     def add_node(self, node: NodeRecord) -> NodeInfo:
@@ -89,13 +93,19 @@ class Cache:
         if ni is None:
             ni = self.nodes[node.name] = NodeInfo(node.name, node)
             self._zone_add(node)
+            self._images_add(node)
         else:
             old = ni.node
             if old is None:
                 self._zone_add(node)
-            elif zone_key(old.labels) != zone_key(node.labels):
-                self._zone_remove(old)
-                self._zone_add(node)
+                self._images_add(node)
+            else:
+                if zone_key(old.labels) != zone_key(node.labels):
+                    self._zone_remove(old)
+                    self._zone_add(node)
+                if old.images != node.images:
+                    self._images_remove(old)
+                    self._images_add(node)
             ni.node = node
             ni.generation += 1
         self.generation += 1
@@ -110,6 +120,7 @@ class Cache:
             return
         if ni.node is not None:
             self._zone_remove(ni.node)
+            self._images_remove(ni.node)
         if ni.pods:
             # Pods still there (their deletes may come later): keep a node-less entry.
             ni.node = None
@@ -118,6 +129,29 @@ class Cache:
             del self.nodes[name]
         self.generation += 1
         self._changed(name)
+
+    def _images_add(self, node: NodeRecord) -> None:
+        images = self._images
+        for name, size in node.images.items():
+            held = images.get(name)
+            if held is None:
+                images[name] = (size, {node.name})
+            else:
+                held[1].add(node.name)
+
+    def _images_remove(self, node: NodeRecord) -> None:
+        images = self._images
+        for name in node.images:
+            held = images.get(name)
+            if held is not None:
+                held[1].discard(node.name)
+                if not held[1]:
+                    del images[name]
+
+    def image_state(self, name: str) -> ImageState | None:
+        """The size kube-scheduler would use for image ``name`` and how many nodes hold it."""
+        held = self._images.get(name)
+        return ImageState(held[0], len(held[1])) if held is not None else None
 
     def _zone_add(self, node: NodeRecord) -> None:
         self._zones.setdefault(zone_key(node.labels), []).append(node.name)
@@ -318,6 +352,9 @@ class Snapshot:
 
     def num_nodes(self) -> int:
         return len(self._list)
+
+    def image_state(self, name: str) -> ImageState | None:
+        return self._cache.image_state(name)
 
     def changes_since(self, cursor: int | None) -> NodeChanges | None:
         """The cache's change log (see :meth:`Cache.changes_since`); None when the cache

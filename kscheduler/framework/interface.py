@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.status import Status
@@ -287,6 +287,16 @@ class NodeChanges:
     cursor: int
 
 
+class ImageState(NamedTuple):
+    """A container image across the cluster, as ImageLocality scores it."""
+
+    #: Bytes: the size reported by the first node seen holding the image (nodes may
+    #: report different sizes for one name; kube-scheduler keeps the first).
+    size: int
+    #: Nodes holding the image.
+    num_nodes: int
+
+
 class SharedLister(Protocol):
     """Read access to the scheduling cycle's view of the nodes."""
 
@@ -299,6 +309,11 @@ class SharedLister(Protocol):
     def have_pods_with_required_anti_affinity(self) -> Sequence[NodeInfo]: ...
 
     def is_pvc_used_by_pods(self, key: str) -> bool: ...
+
+    def image_state(self, name: str) -> ImageState | None:
+        """The image ``name`` (normalized, e.g. "busybox:latest") across the nodes; None
+        when no node holds it. Listers without this method make ImageLocality count the
+        nodes itself and take each node's own size."""
 
     def changes_since(self, cursor: int | None) -> NodeChanges | None:
         """The nodes changed since ``cursor`` (from an earlier answer; None at first).

@@ -3,7 +3,8 @@
 Each container (init containers included) whose image the node reports adds the
 image size scaled by the share of nodes holding it (an image present everywhere
 counts fully, a rare one little, so pods do not pile onto the few nodes that
-have it). The sum is clamped to [23 MiB, 1000 MiB * containers] and mapped
+have it). As in kube-scheduler, an image's size is the one reported by the first
+node the cache saw holding it, whatever size other nodes report. The sum is clamped to [23 MiB, 1000 MiB * containers] and mapped
 linearly onto [0, 100].
 """
 
@@ -67,12 +68,12 @@ def scaled_image_score(size: int, num_nodes: int, total_nodes: int) -> int:
 
 
 class _ImageSpread:
-    """Per cycle: normalized image name -> nodes holding it, and the node count."""
+    """Per cycle: normalized image name -> (size, nodes holding it), and the node count."""
 
-    __slots__ = ("nodes_with", "total")
+    __slots__ = ("states", "total")
 
-    def __init__(self, nodes_with: dict[str, int], total: int) -> None:
-        self.nodes_with = nodes_with
+    def __init__(self, states: dict[str, tuple[int, int]], total: int) -> None:
+        self.states = states
         self.total = total
 
 
@@ -90,17 +91,27 @@ class ImageLocality:
         spread = state.get(_SPREAD_KEY)
         if isinstance(spread, _ImageSpread):
             return spread
-        all_nodes = self._handle.snapshot.node_infos()
-        counts = dict.fromkeys(images, 0)
-        for ni in all_nodes:
-            node = ni.node
-            if node is None or not node.images:
-                continue
-            held = node.images
-            for name in counts:
-                if name in held:
-                    counts[name] += 1
-        spread = _ImageSpread(counts, len(all_nodes))
+        lister = self._handle.snapshot
+        all_nodes = lister.node_infos()
+        lookup = getattr(lister, "image_state", None)
+        states: dict[str, tuple[int, int]] = {}
+        if lookup is not None:
+            for name in images:
+                st = lookup(name)
+                if st is not None:
+                    states[name] = (st.size, st.num_nodes)
+        else:  # a lister keeping no image states: count, taking the first size seen
+            for ni in all_nodes:
+                node = ni.node
+                if node is None or not node.images:
+                    continue
+                held = node.images
+                for name in images:
+                    size = held.get(name)
+                    if size is not None:
+                        size_seen, count = states.get(name, (size, 0))
+                        states[name] = (size_seen, count + 1)
+        spread = _ImageSpread(states, len(all_nodes))
         state.write(_SPREAD_KEY, spread)
         return spread
 
@@ -119,9 +130,10 @@ class ImageLocality:
             spread = self._spread(state, images)
             held = node.images
             for image in images:
-                size = held.get(image)
-                if size is not None:
-                    total += scaled_image_score(size, spread.nodes_with[image], spread.total)
+                if image in held:
+                    st = spread.states.get(image)
+                    if st is not None:
+                        total += scaled_image_score(st[0], st[1], spread.total)
         return calculate_priority(total, num_containers), None
 
     def score_nodes(

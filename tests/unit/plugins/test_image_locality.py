@@ -5,7 +5,9 @@ from typing import Any
 
 import pytest
 
+from kscheduler.cache import Cache, Snapshot
 from kscheduler.framework import CycleState, NodeInfo, PodInfo
+from kscheduler.framework.interface import ImageState
 from kscheduler.framework.parse import parse_pod
 from kscheduler.plugins.image_locality import (
     ENTRY,
@@ -132,3 +134,51 @@ def test_entry() -> None:
     assert ENTRY.name == "ImageLocality"
     assert ENTRY.parse_args is None
     assert ENTRY.extension_points == frozenset({"score"})
+
+
+def cached(*nodes: NodeInfo) -> tuple[Cache, Snapshot]:
+    cache = Cache()
+    for ni in nodes:
+        assert ni.node is not None
+        cache.add_node(ni.node)
+    snap = Snapshot(cache)
+    snap.update()
+    return cache, snap
+
+
+def test_cache_keeps_the_first_size_seen_for_an_image() -> None:
+    cache, _ = cached(mknode("n1", ("app:2", 800 * MB)), mknode("n2", ("app:2", 300 * MB)))
+    assert cache.image_state("app:2") == ImageState(800 * MB, 2)
+    assert cache.image_state("other:1") is None
+    # the first holder goes: the size stays while another node holds the image
+    cache.remove_node("n1")
+    assert cache.image_state("app:2") == ImageState(800 * MB, 1)
+    # an update of the sole holder re-registers the image with its own size
+    n2 = mknode("n2", ("app:2", 300 * MB), ("app:3", 1 * MB)).node
+    assert n2 is not None
+    cache.update_node(n2)
+    assert cache.image_state("app:2") == ImageState(300 * MB, 1)
+    assert cache.image_state("app:3") == ImageState(1 * MB, 1)
+    cache.remove_node("n2")
+    assert cache.image_state("app:2") is None
+
+
+def test_score_uses_the_cluster_wide_size_like_kube_scheduler() -> None:
+    # 800Mi on n1, 300Mi on n2: both score with the first size seen (800Mi), so they tie.
+    nodes = [
+        mknode("n0"),
+        mknode("n1", ("app:2", 800 * MB)),
+        mknode("n2", ("app:2", 300 * MB)),
+    ]
+    _, snap = cached(*nodes)
+
+    class Handle:
+        snapshot = snap
+
+    pl = ImageLocality.new(None, Handle())  # type: ignore[arg-type]
+    state = CycleState()
+    got = [pl.score(state, mkpod("app:2"), ni)[0] for ni in snap.node_infos()]
+    # int(800Mi * 2/3) -> 100*(533.3-23)/977 = 52
+    assert got == [0, 52, 52]
+    # a lister without image states: each node counted, the first size in list order
+    assert scores(mkpod("app:2"), nodes) == [0, 52, 52]
