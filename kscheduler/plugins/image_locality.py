@@ -4,8 +4,8 @@ Each container (init containers included) whose image the node reports adds the
 image size scaled by the share of nodes holding it (an image present everywhere
 counts fully, a rare one little, so pods do not pile onto the few nodes that
 have it). As in kube-scheduler, an image's size is the one reported by the first
-node the cache saw holding it, whatever size other nodes report. The sum is clamped to [23 MiB, 1000 MiB * containers] and mapped
-linearly onto [0, 100].
+node the cache saw holding it, whatever size other nodes report. The sum is
+clamped to [23 MiB, 1000 MiB * containers] and mapped linearly onto [0, 100].
 """
 
 from __future__ import annotations
