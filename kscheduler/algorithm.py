@@ -20,7 +20,7 @@ from kscheduler.extender import (
     prioritize_with_extenders,
 )
 from kscheduler.framework.cycle_state import CycleState
-from kscheduler.framework.interface import NodeScore, NodeToStatus, SharedLister
+from kscheduler.framework.interface import NodeToStatus, SharedLister
 from kscheduler.framework.runtime import Framework, go_list
 from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import NodeInfo, PodInfo
@@ -89,7 +89,7 @@ class ScheduleResult:
     evaluated_nodes: int
     feasible_nodes: int
     #: plugin -> weighted scores (only when the cycle records detail)
-    scores: dict[str, list[NodeScore]] | None = None
+    scores: dict[str, list[int]] | None = None
     totals: dict[str, int] | None = None
 
 
@@ -99,7 +99,7 @@ class FilterRecord:
 
     statuses: dict[str, Status | None] = field(default_factory=dict)
     feasible: list[str] = field(default_factory=list)
-    scores: dict[str, list[NodeScore]] = field(default_factory=dict)
+    scores: dict[str, list[int]] = field(default_factory=dict)
     totals: dict[str, int] = field(default_factory=dict)
 
 
@@ -253,7 +253,8 @@ class Algorithm:
 
     def prioritize(
         self, fwk: Framework, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> dict[str, list[NodeScore]]:
+    ) -> dict[str, list[int]]:
+        """Per score plugin, weighted scores in the order of ``nodes``."""
         st = fwk.run_pre_score(state, pod, nodes)
         if st is not None:
             raise ScheduleError(st)
@@ -263,14 +264,11 @@ class Algorithm:
         return scores
 
     def select_host(
-        self, nodes: Sequence[NodeInfo], scores: dict[str, list[NodeScore]]
+        self, nodes: Sequence[NodeInfo], scores: dict[str, list[int]]
     ) -> tuple[str, dict[str, int]]:
         """Highest total wins; ties are broken uniformly at random."""
         if scores:
-            totals = [
-                sum(t)
-                for t in zip(*([s.score for s in per] for per in scores.values()), strict=True)
-            ]
+            totals = [sum(t) for t in zip(*scores.values(), strict=True)]
         else:
             totals = [0] * len(nodes)
         best = max(totals)
@@ -340,7 +338,7 @@ class Algorithm:
                 raise _extender_fit_error(pod, len(nodes), diagnosis)
         scores = self.prioritize(fwk, state, pod, feasible)
         for name, per_node in by_node.items():
-            scores[name] = [NodeScore(ni.name, per_node.get(ni.name, 0)) for ni in feasible]
+            scores[name] = [per_node.get(ni.name, 0) for ni in feasible]
         host, totals = self.select_host(feasible, scores)
         if record is not None:
             record.scores = scores

@@ -207,12 +207,13 @@ class _Maps:
             for name in (p.name for p in fwk.pre_score_plugins):
                 m.prescore[name] = "" if name in state.skip_score_plugins else SUCCESS
             raw = recorded_scores(state)
+            scored = list(record.totals)  # the order of every plugin's scores
             for plugin, weighted in record.scores.items():
                 raw_scores = raw.get(plugin, ([], []))[0]
-                for i, ns in enumerate(weighted):
+                for i, (node, score) in enumerate(zip(scored, weighted, strict=True)):
                     if i < len(raw_scores):
-                        m.score.setdefault(ns.name, {})[plugin] = str(raw_scores[i])
-                    m.final.setdefault(ns.name, {})[plugin] = str(ns.score)
+                        m.score.setdefault(node, {})[plugin] = str(raw_scores[i])
+                    m.final.setdefault(node, {})[plugin] = str(score)
 
         totals = record.totals
         feasible = sorted(record.feasible, key=lambda n: (n != selected, -totals.get(n, 0), n))

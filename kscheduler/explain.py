@@ -321,10 +321,10 @@ async def evaluate(
     )
     for plugin, weighted in scores.items():
         raw_scores, normalized = raw.get(plugin, ([], []))
-        for i, ns in enumerate(weighted):
-            r = raw_scores[i] if i < len(raw_scores) else ns.score
-            n = normalized[i] if i < len(normalized) else ns.score
-            by_name[ns.name].scores[plugin] = PluginScore(r, n, ns.score)
+        for i, (ni, w) in enumerate(zip(feasible, weighted, strict=True)):
+            r = raw_scores[i] if i < len(raw_scores) else w
+            n = normalized[i] if i < len(normalized) else w
+            by_name[ni.name].scores[plugin] = PluginScore(r, n, w)
     for ni in feasible:
         v = by_name[ni.name]
         v.total = sum(s.weighted for s in v.scores.values())

@@ -96,10 +96,9 @@ def result_detail(result: ScheduleResult) -> dict[str, Any]:
     total = totals[host]
     out["score"] = total
     out["nodesWithThisScore"] = sum(1 for t in totals.values() if t == total)
-    first = next(iter(scores.values()), None)
-    if first is not None:
-        i = next(i for i, ns in enumerate(first) if ns.name == host)
-        out["scores"] = {plugin: s[i].score for plugin, s in scores.items()}
+    if scores:
+        i = list(totals).index(host)  # totals and scores share the order of the nodes
+        out["scores"] = {plugin: s[i] for plugin, s in scores.items()}
     return out
 
 

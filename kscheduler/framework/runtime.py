@@ -445,16 +445,15 @@ class Framework:
 
     def run_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> tuple[dict[str, list[NodeScore]], Status | None]:
-        """Per plugin: normalised, weighted scores in the order of ``nodes``.
+    ) -> tuple[dict[str, list[int]], Status | None]:
+        """Per plugin: normalised, weighted scores, plain ints in the order of ``nodes``.
 
-        Scores are gathered as plain ints; NodeScore objects are built only for
-        normalisation and for the result. When ``state.record`` is set it also
-        writes, under the state key ``"RecordScores"``, plugin -> (raw scores,
-        normalized scores) in that order.
+        NodeScore objects are built only for the plugins that normalise. When
+        ``state.record`` is set it also writes, under the state key
+        ``"RecordScores"``, plugin -> (raw scores, normalized scores) in that order.
         """
         t0 = time.perf_counter()
-        out: dict[str, list[NodeScore]] = {}
+        out: dict[str, list[int]] = {}
         skip = state.skip_score_plugins
         record: dict[str, tuple[list[int], list[int]]] | None = None
         if state.record:
@@ -497,7 +496,7 @@ class Framework:
                     "range of [0, 100] after normalizing",
                     p.name,
                 )
-            out[p.name] = [NodeScore(n, v * w) for n, v in zip(names, ints, strict=True)]
+            out[p.name] = [v * w for v in ints] if w != 1 else ints
         self._observe("Score", None, t0)
         return out, None
 
