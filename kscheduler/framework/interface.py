@@ -224,6 +224,15 @@ class ScorePlugin(Plugin, Protocol):
         """A score (after normalisation within [0, 100]); Error fails the attempt."""
 
 
+class BatchFilter(Protocol):
+    def filter_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[int, Status]:
+        """Optional fast path: ``filter`` for every node at once. Returns the rejections
+        by position in ``nodes`` (no entry: the node passes); must give exactly what
+        ``filter`` gives node by node. The framework prefers it when present."""
+
+
 class BatchScorer(Protocol):
     def score_nodes(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -43,6 +43,8 @@ from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
 
 #: A bound Filter method: (state, pod, node) -> None or a Status.
 FilterFn = Callable[[CycleState, PodInfo, NodeInfo], Status | None]
+#: A bound BatchFilter.filter_nodes: (state, pod, nodes) -> rejections by position.
+BatchFilterFn = Callable[[CycleState, PodInfo, Sequence[NodeInfo]], dict[int, Status]]
 
 #: Permit may hold a pod for at most this long.
 MAX_PERMIT_WAIT = 15 * 60.0
@@ -187,7 +189,11 @@ class Framework:
                 raise ValueError(
                     f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0"
                 )
-        # (plugin, filter-as-bound-method) pairs for the hot loop
+        # (plugin, its batch filter or None) pairs for the hot loop
+        self._batch_filters: list[tuple[str, FilterFn, BatchFilterFn | None]] = [
+            (p.name, p.filter, getattr(p, "filter_nodes", None)) for p in self.filter_plugins
+        ]
+        # (plugin, filter-as-bound-method) pairs for run_filter
         self._filters: list[tuple[str, FilterFn]] = [
             (p.name, p.filter) for p in self.filter_plugins
         ]
@@ -229,12 +235,53 @@ class Framework:
     def nodes_with_nominated_pods(self) -> Collection[str]:
         return self._nominator.nodes_with_nominated_pods() if self._nominator else ()
 
-    def filters_to_run(self, state: CycleState) -> list[tuple[str, FilterFn]]:
-        """(plugin name, filter) pairs of this cycle: the plugins PreFilter skipped left out."""
+    def filters_to_run(self, state: CycleState) -> list[tuple[str, FilterFn, BatchFilterFn | None]]:
+        """(plugin name, filter, batch filter or None) of this cycle, in order: the
+        plugins PreFilter skipped left out."""
         skip = state.skip_filter_plugins
-        return (
-            [(name, f) for name, f in self._filters if name not in skip] if skip else self._filters
-        )
+        plan = self._batch_filters
+        return [f for f in plan if f[0] not in skip] if skip else plan
+
+    def run_filters_on(
+        self,
+        filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+    ) -> dict[int, Status]:
+        """run_filter for each of ``nodes``, plugin by plugin over the nodes still passing:
+        the first rejection of each node by position (no entry: it passes)."""
+        rejected: dict[int, Status] = {}
+        alive: list[int] | None = None  # positions still passing; None: all of them
+        todo: Sequence[NodeInfo] = nodes
+        success = Code.SUCCESS
+        for name, single, batch in filters:
+            found: dict[int, Status] = {}
+            if batch is not None:
+                try:
+                    found = batch(state, pod, todo)
+                except Exception:
+                    batch = None  # node by node, to pin the error on the right node
+            if batch is None:
+                for j, ni in enumerate(todo):
+                    try:
+                        st = single(state, pod, ni)
+                    except Exception as exc:
+                        st = Status.as_error(exc, name)
+                    if st is not None and st.code != success:
+                        found[j] = st
+            if not found:
+                continue
+            for j, st in found.items():
+                if not st.plugin:
+                    st.plugin = name
+                rejected[alive[j] if alive is not None else j] = st
+            if len(found) == len(todo):
+                break
+            keep = [j for j in range(len(todo)) if j not in found]
+            alive = [alive[j] for j in keep] if alive is not None else keep
+            todo = [todo[j] for j in keep]
+        return rejected
 
     def iterate_waiting_pods(self) -> list[WaitingPod]:
         return list(self.waiting_pods.values())

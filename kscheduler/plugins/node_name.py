@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -37,6 +38,17 @@ class NodeName:
         if wanted and wanted != node_info.name:
             return Status.unresolvable(ERR_REASON)
         return None
+
+    def filter_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[int, Status]:
+        """filter() for many nodes at once: nothing to check without spec.nodeName."""
+        wanted = pod.spec.get("nodeName")
+        if not wanted:
+            return {}
+        return {
+            i: Status.unresolvable(ERR_REASON) for i, ni in enumerate(nodes) if ni.name != wanted
+        }
 
 
 ENTRY = PluginEntry(NAME, NodeName, NodeName.new)

@@ -553,6 +553,36 @@ class NodeResourcesFit:
         )
         return Status(code, [r.reason for r in short])
 
+    def filter_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[int, Status]:
+        """filter() for many nodes at once: the common case (no extended resources)
+        checked inline, filter() itself only for the nodes that fall short."""
+        req = state.get(PRE_FILTER_KEY)
+        filter = self.filter
+        out: dict[int, Status] = {}
+        if req is None or req.scalar:
+            for i, ni in enumerate(nodes):
+                st = filter(state, pod, ni)
+                if st is not None:
+                    out[i] = st
+            return out
+        cpu, mem, eph = req.milli_cpu, req.memory, req.ephemeral_storage
+        for i, ni in enumerate(nodes):
+            alloc = ni.allocatable
+            used = ni.requested
+            if (
+                len(ni.pods) < alloc.allowed_pods
+                and (cpu <= 0 or cpu <= alloc.milli_cpu - used.milli_cpu)
+                and (mem <= 0 or mem <= alloc.memory - used.memory)
+                and (eph <= 0 or eph <= alloc.ephemeral_storage - used.ephemeral_storage)
+            ):
+                continue
+            st = filter(state, pod, ni)
+            if st is not None:
+                out[i] = st
+        return out
+
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> Status | None:

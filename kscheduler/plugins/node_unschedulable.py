@@ -3,6 +3,7 @@ the node.kubernetes.io/unschedulable:NoSchedule taint."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -79,6 +80,20 @@ class NodeUnschedulable:
         if tolerates_taint(pod.tolerations, UNSCHEDULABLE_TAINT):
             return None
         return Status.unresolvable(ERR_REASON_UNSCHEDULABLE)
+
+    def filter_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[int, Status]:
+        """filter() for many nodes at once: only unschedulable nodes need a look."""
+        out: dict[int, Status] = {}
+        filter = self.filter
+        for i, ni in enumerate(nodes):
+            node = ni.node
+            if node is None or node.unschedulable:
+                st = filter(state, pod, ni)
+                if st is not None:
+                    out[i] = st
+        return out
 
 
 ENTRY = PluginEntry(NAME, NodeUnschedulable, NodeUnschedulable.new)

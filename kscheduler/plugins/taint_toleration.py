@@ -97,6 +97,20 @@ class TaintToleration:
             return None
         return Status.unresolvable(ERR_REASON_UNTOLERATED)
 
+    def filter_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[int, Status]:
+        """filter() for many nodes at once: untainted nodes pass without a look."""
+        out: dict[int, Status] = {}
+        filter = self.filter
+        for i, ni in enumerate(nodes):
+            node = ni.node
+            if node is None or node.taints:
+                st = filter(state, pod, ni)
+                if st is not None:
+                    out[i] = st
+        return out
+
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> Status | None:

@@ -244,3 +244,98 @@ def test_plugin_exception_is_wrapped_with_plugin_name() -> None:
         Algorithm().schedule_pod(fwk, CycleState(), pod("p").build(), snap)
     assert ei.value.status.plugin == "RejectBy"
     assert "kaput" in ei.value.status.message
+
+
+class BatchRejectBy(RejectBy):
+    """RejectBy with a filter_nodes fast path (and the calls it saw)."""
+
+    name = "BatchRejectBy"
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Any) -> dict[int, Status]:
+        out = {}
+        for i, ni in enumerate(nodes):
+            st = self.filter(state, pod, ni)
+            if st is not None:
+                out[i] = st
+        return out
+
+
+def node_by_node(
+    rejects: list[dict[str, Status]], names: list[str], start: int, to_find: int
+) -> tuple[list[str], dict[str, str], int]:
+    """What find_nodes_that_fit must give: nodes in rotation order, filters in order,
+    the first rejection per node, stop at to_find feasible nodes."""
+    feasible: list[str] = []
+    statuses: dict[str, str] = {}
+    visited = 0
+    for name in names[start:] + names[:start]:
+        visited += 1
+        for plugin, r in zip(("RejectBy", "BatchRejectBy"), rejects, strict=True):
+            if name in r:
+                statuses[name] = f"{plugin}:{r[name].reasons[0]}"
+                break
+        else:
+            feasible.append(name)
+            if len(feasible) >= to_find:
+                break
+    return feasible, statuses, (start + visited) % len(names)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chunked_filtering_gives_the_node_by_node_outcome(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.choice([7, 150, 400])
+    names = [f"n{i}" for i in range(n)]
+    rejects = [
+        {m: Status.unschedulable(f"r{k}") for m in names if rng.random() < share}
+        for k, share in enumerate((rng.random() * 0.9, rng.random() * 0.9))
+    ]
+    first, second = RejectBy(rejects[0]), BatchRejectBy(rejects[1])
+    es = [
+        PluginEntry("Sort", Sort, lambda a, h: Sort()),
+        PluginEntry("Bind", Bind, lambda a, h: Bind()),
+        PluginEntry("RejectBy", RejectBy, lambda a, h: first),
+        PluginEntry("BatchRejectBy", BatchRejectBy, lambda a, h: second),
+    ]
+    pts = {"queueSort": ["Sort"], "bind": ["Bind"], "filter": ["RejectBy", "BatchRejectBy"]}
+    pct = rng.choice([5, 30, 100])
+    fwk, snap, _, _ = framework(es, pts, cache=cache_with(n), percentage=pct)
+    snap.update()
+    alg = Algorithm()
+    alg.next_start_node_index = rng.randrange(n)
+    for _ in range(4):
+        start = alg.next_start_node_index
+        listed = [ni.name for ni in snap.node_infos()]
+        want = node_by_node(rejects, listed, start, num_feasible_nodes_to_find(pct, n))
+        feasible, diagnosis = alg.find_nodes_that_fit(fwk, CycleState(), pod("p").build(), snap)
+        got_statuses = {
+            k: f"{st.plugin}:{st.reasons[0]}" for k, st in diagnosis.node_to_status.statuses.items()
+        }
+        assert ([ni.name for ni in feasible], got_statuses, alg.next_start_node_index) == want
+        # the batch plugin saw only the nodes the first plugin let through
+        assert not set(second.calls) & set(rejects[0])
+        second.calls.clear()
+
+
+def test_a_batch_filter_that_raises_is_pinned_on_its_node() -> None:
+    from kscheduler.algorithm import ScheduleError
+
+    class Boom(BatchRejectBy):
+        def filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
+            if node_info.name == "n3":
+                raise RuntimeError("kaput on n3")
+            return None
+
+    boom = Boom({})
+    es = [
+        PluginEntry("Sort", Sort, lambda a, h: Sort()),
+        PluginEntry("Bind", Bind, lambda a, h: Bind()),
+        PluginEntry("BatchRejectBy", Boom, lambda a, h: boom),
+    ]
+    pts = {"queueSort": ["Sort"], "bind": ["Bind"], "filter": ["BatchRejectBy"]}
+    fwk, snap, _, _ = framework(es, pts, cache=cache_with(5))
+    snap.update()
+    with pytest.raises(ScheduleError) as ei:
+        Algorithm().find_nodes_that_fit(fwk, CycleState(), pod("p").build(), snap)
+    assert ei.value.status.plugin == "BatchRejectBy"
+    assert "kaput on n3" in ei.value.status.message
