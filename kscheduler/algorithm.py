@@ -225,6 +225,11 @@ class Algorithm:
             size = max(to_find - len(feasible), MIN_FILTER_CHUNK)
             chunk = order[visited : visited + size]
             rejected = fwk.run_filters_on(filters, state, pod, chunk)
+            if not rejected and not nominated_nodes and record is None:
+                take = chunk[: to_find - len(feasible)]  # every node of the chunk fits
+                feasible.extend(take)
+                visited += len(take)
+                continue
             for i, ni in enumerate(chunk):
                 visited += 1
                 if nominated_nodes and ni.name in nominated_nodes:

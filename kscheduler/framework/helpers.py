@@ -24,3 +24,15 @@ def default_normalize_score(
     for s in scores:
         v = max_score * s.score // highest
         s.score = max_score - v if reverse else v
+
+
+def default_normalize_ints(
+    scores: list[int], *, reverse: bool, max_score: int = MAX_NODE_SCORE
+) -> list[int]:
+    """default_normalize_score over plain ints, as a new list."""
+    highest = max(scores, default=0)
+    if highest <= 0:  # all zero: as default_normalize_score
+        return [max_score] * len(scores) if reverse else list(scores)
+    if reverse:
+        return [max_score - max_score * s // highest for s in scores]
+    return [max_score * s // highest for s in scores]

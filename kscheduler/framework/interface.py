@@ -249,6 +249,15 @@ class ScoreNormalizer(Protocol):
         """Rewrite ``scores`` in place into [0, 100]."""
 
 
+class BatchNormalizer(Protocol):
+    def normalize_scores(
+        self, state: CycleState, pod: PodInfo, scores: list[int]
+    ) -> tuple[list[int], Status | None]:
+        """Optional fast path: ``normalize_score`` over plain ints (in node order), the
+        result as a list. Must give exactly what ``normalize_score`` gives; the
+        framework prefers it when present."""
+
+
 @runtime_checkable
 class ReservePlugin(Plugin, Protocol):
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:

@@ -197,13 +197,14 @@ class Framework:
         self._filters: list[tuple[str, FilterFn]] = [
             (p.name, p.filter) for p in self.filter_plugins
         ]
-        # (plugin, its batch scorer or None, normalizes?, weight), worked out once:
-        # isinstance on a Protocol is slow
+        # (plugin, its batch scorer or None, normalizes?, its int normalizer or None,
+        # weight), worked out once: isinstance on a Protocol is slow
         self._score_plan = [
             (
                 p,
                 getattr(p, "score_nodes", None),
                 isinstance(p, ScoreNormalizer),
+                getattr(p, "normalize_scores", None),
                 self.score_weights[p.name],
             )
             for p in self.score_plugins
@@ -506,8 +507,8 @@ class Framework:
         if state.record:
             record = {}
             state.write("RecordScores", record)
-        names = [ni.name for ni in nodes]
-        for p, batch, normalizes, w in self._score_plan:
+        names: list[str] | None = None
+        for p, batch, normalizes, fast_normalize, w in self._score_plan:
             if skip and p.name in skip:
                 continue
             ints: list[int]
@@ -526,7 +527,13 @@ class Framework:
                             return out, st.with_plugin(p.name)
                         append(s)
                 raw = ints
-                if normalizes:
+                if fast_normalize is not None:
+                    ints, st = fast_normalize(state, pod, ints)
+                    if st is not None and st.code != Code.SUCCESS:
+                        return out, st.with_plugin(p.name)
+                elif normalizes:
+                    if names is None:
+                        names = [ni.name for ni in nodes]
                     scores = [NodeScore(n, v) for n, v in zip(names, ints, strict=True)]
                     st = p.normalize_score(state, pod, scores)  # type: ignore[attr-defined]
                     if st is not None and st.code != Code.SUCCESS:

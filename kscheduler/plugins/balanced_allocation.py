@@ -196,9 +196,14 @@ class NodeResourcesBalancedAllocation:
             am = alloc.memory
             if ac and am:
                 used = ni.requested
-                f0 = min((used.milli_cpu + rc) / ac, 1.0)
-                f1 = min((used.memory + rm) / am, 1.0)
-                append(int((1 - abs((f0 - f1) / 2)) * MAX_NODE_SCORE))
+                f0 = (used.milli_cpu + rc) / ac
+                f1 = (used.memory + rm) / am
+                if f0 > 1.0:
+                    f0 = 1.0
+                if f1 > 1.0:
+                    f1 = 1.0
+                d = (f0 - f1) / 2
+                append(int((1 - (d if d >= 0 else -d)) * MAX_NODE_SCORE))
             else:  # one fraction or none: no spread
                 append(MAX_NODE_SCORE)
         return out, None

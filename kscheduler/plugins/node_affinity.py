@@ -27,7 +27,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.args import ConfigError, Fields
-from kscheduler.framework.helpers import default_normalize_score
+from kscheduler.framework.helpers import default_normalize_ints, default_normalize_score
 from kscheduler.framework.selectors import (
     NodeSelector,
     PreferredTerm,
@@ -199,6 +199,12 @@ class NodeAffinity:
     ) -> Status | None:
         default_normalize_score(scores, reverse=False)
         return None
+
+    def normalize_scores(
+        self, state: CycleState, pod: PodInfo, scores: list[int]
+    ) -> tuple[list[int], Status | None]:
+        """normalize_score() over plain ints."""
+        return default_normalize_ints(scores, reverse=False), None
 
 
 ENTRY = PluginEntry(NAME, NodeAffinity, NodeAffinity.new, parse_args)

@@ -27,7 +27,7 @@ from kscheduler.framework import (
     Taint,
     Toleration,
 )
-from kscheduler.framework.helpers import default_normalize_score
+from kscheduler.framework.helpers import default_normalize_ints, default_normalize_score
 from kscheduler.framework.types import tolerates_taint
 
 NAME = "TaintToleration"
@@ -161,6 +161,12 @@ class TaintToleration:
     ) -> Status | None:
         default_normalize_score(scores, reverse=True)
         return None
+
+    def normalize_scores(
+        self, state: CycleState, pod: PodInfo, scores: list[int]
+    ) -> tuple[list[int], Status | None]:
+        """normalize_score() over plain ints."""
+        return default_normalize_ints(scores, reverse=True), None
 
 
 ENTRY = PluginEntry(NAME, TaintToleration, TaintToleration.new)

@@ -85,3 +85,22 @@ def test_score_nodes_equals_score(name: str, seed: int) -> None:
         one = [plugin.score(state, p, ni) for ni in nodes]  # type: ignore[attr-defined]
         assert bst is None
         assert batch == [s for s, _ in one], f"{name} differs for {p.name}"
+
+
+@pytest.mark.parametrize("name", ["TaintToleration", "NodeAffinity"])
+@pytest.mark.parametrize("seed", range(5))
+def test_normalize_scores_equals_normalize_score(name: str, seed: int) -> None:
+    from kscheduler.framework.interface import NodeScore
+
+    rng = random.Random(seed)
+    entry = in_tree_registry()[name]
+    args = entry.parse_args({}) if entry.parse_args is not None else None
+    plugin = entry.factory(args, Handle([]))  # type: ignore[arg-type]
+    p = pod("p").build()
+    for _ in range(20):
+        ints = [rng.choice([0, 0, 1, 3, 7, 100]) for _ in range(rng.randrange(6))]
+        objects = [NodeScore(f"n{i}", v) for i, v in enumerate(ints)]
+        assert plugin.normalize_score(CycleState(), p, objects) is None  # type: ignore[attr-defined]
+        fast, st = plugin.normalize_scores(CycleState(), p, list(ints))  # type: ignore[attr-defined]
+        assert st is None
+        assert fast == [s.score for s in objects], f"{name} differs on {ints}"
