@@ -11,6 +11,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import add, attrgetter
 
 from kscheduler.extender import (
     EXTENDER_NAME,
@@ -102,6 +103,8 @@ class FilterRecord:
     scores: dict[str, list[int]] = field(default_factory=dict)
     totals: dict[str, int] = field(default_factory=dict)
 
+
+_name = attrgetter("name")
 
 #: The fewest nodes filtered together (see Algorithm.find_nodes_that_fit).
 MIN_FILTER_CHUNK = 32
@@ -272,14 +275,17 @@ class Algorithm:
         self, nodes: Sequence[NodeInfo], scores: dict[str, list[int]]
     ) -> tuple[str, dict[str, int]]:
         """Highest total wins; ties are broken uniformly at random."""
-        if scores:
-            totals = [sum(t) for t in zip(*scores.values(), strict=True)]
-        else:
-            totals = [0] * len(nodes)
+        per_plugin = iter(scores.values())
+        totals = list(next(per_plugin, [0] * len(nodes)))
+        for more in per_plugin:
+            totals = list(map(add, totals, more))
         best = max(totals)
-        ties = [i for i, t in enumerate(totals) if t == best]
-        pick = ties[0] if len(ties) == 1 else ties[self.rng.randrange(len(ties))]
-        return nodes[pick].name, {ni.name: totals[i] for i, ni in enumerate(nodes)}
+        if totals.count(best) == 1:
+            pick = totals.index(best)
+        else:
+            ties = [i for i, t in enumerate(totals) if t == best]
+            pick = ties[self.rng.randrange(len(ties))]
+        return nodes[pick].name, dict(zip(map(_name, nodes), totals, strict=True))
 
     # ---- with extenders -------------------------------------------------------------------------
     async def schedule_pod_with_extenders(
