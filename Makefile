@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# the out-of-tree plugin example: installed into the venv, its tests run by `make test`
+EXAMPLE := examples/kscheduler-plugin-example
 
 .PHONY: help venv control-plane lint fmt typecheck unit integration test demo dev-cluster bench bench-5000 soak clean
 
@@ -17,19 +19,21 @@ help:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(EXAMPLE)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps -e $(EXAMPLE)
 	touch $@
 
 control-plane:
 	bash hack/build-control-plane.sh
 
 lint: venv
-	$(VENV)/bin/ruff check kscheduler tests
-	$(VENV)/bin/ruff format --check kscheduler tests
+	$(VENV)/bin/ruff check kscheduler tests $(EXAMPLE)
+	$(VENV)/bin/ruff format --check kscheduler tests $(EXAMPLE)
 	$(VENV)/bin/mypy
+	cd $(EXAMPLE) && MYPYPATH=../.. ../../$(VENV)/bin/mypy
 
 fmt: venv
 	$(VENV)/bin/ruff check --fix kscheduler tests
@@ -39,10 +43,10 @@ unit: venv
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
 integration: venv control-plane
-	$(PY) -m pytest tests -m integration $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(EXAMPLE)/tests -m integration $(PYTEST_ARGS)
 
 test: venv control-plane lint
-	$(PY) -m pytest tests -m "not slow and not kind" $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(EXAMPLE)/tests -m "not slow and not kind" $(PYTEST_ARGS)
 
 demo: venv control-plane
 	$(PY) -m kscheduler demo $(DEMO_ARGS)

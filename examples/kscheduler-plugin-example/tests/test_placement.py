@@ -61,7 +61,7 @@ def control_plane() -> Iterator[ControlPlane]:
     try:
         find_control_plane()
     except BinariesNotFoundError as exc:
-        pytest.skip(
+        pytest.fail(
             f"no kube-apiserver/etcd binaries (run `make control-plane` in kscheduler): {exc}"
         )
     cp = ControlPlane()
