@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import socket
@@ -20,7 +21,11 @@ from kscheduler.cache import Cache, Snapshot
 from kscheduler.config import KubeSchedulerConfiguration
 from kscheduler.eventhandlers import EventHandlers
 from kscheduler.events import Broadcaster
-from kscheduler.extender import build_extenders, with_extender_ignored_resources
+from kscheduler.extender import (
+    build_extenders,
+    process_preemption,
+    with_extender_ignored_resources,
+)
 from kscheduler.framework.interface import ActionType, ClusterEvent, ClusterEventWithHint
 from kscheduler.framework.interface import Resource as EventResource
 from kscheduler.framework.parse import parse_pod
@@ -136,8 +141,13 @@ class SchedulerApp:
             initial_backoff=float(cfg.pod_initial_backoff_seconds),
             max_backoff=float(cfg.pod_max_backoff_seconds),
         )
+        extenders = build_extenders(cfg.extenders)
         for fwk in self.frameworks.values():
             fwk.set_nominator(self.queue)
+            if any(e.supports_preemption for e in extenders):
+                fwk.set_preemption_extenders(
+                    functools.partial(process_preemption, extenders, snapshot=self.snapshot)
+                )
         self.algorithm = Algorithm(percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score)
         self.leading = not self._leader_elect()
         self.scheduler = Scheduler(
@@ -148,7 +158,7 @@ class SchedulerApp:
             status_writer=self.client,
             snapshot=self.snapshot,
             bind_concurrency=self.options.bind_concurrency,
-            extenders=build_extenders(cfg.extenders),
+            extenders=extenders,
             observer=observer,
             may_bind=self._may_bind,
         )

@@ -49,7 +49,6 @@ import os
 import ssl
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -58,7 +57,13 @@ import orjson
 import structlog
 
 from kscheduler.config import Extender, ExtenderTLSConfig, KubeSchedulerConfiguration
-from kscheduler.framework.interface import MAX_NODE_SCORE, NodeScore, NodeToStatus, SharedLister
+from kscheduler.framework.interface import (
+    MAX_NODE_SCORE,
+    NodeScore,
+    NodeToStatus,
+    SharedLister,
+    Victims,
+)
 from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import NodeInfo, PodInfo
 
@@ -75,14 +80,6 @@ EXTENDER_SCORE_SCALE = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
 class ExtenderError(Exception):
     """An extender call failed: unreachable, timed out, a non-200 reply, a reply that
     does not decode, or an ``Error`` the extender reported."""
-
-
-@dataclass(slots=True)
-class Victims:
-    """Pods a preemption would evict on one node (upstream's extenderv1.Victims)."""
-
-    pods: list[PodInfo] = field(default_factory=list)
-    num_pdb_violations: int = 0
 
 
 class HTTPExtender:

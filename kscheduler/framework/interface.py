@@ -9,7 +9,7 @@ client: what they need of the cluster comes through :class:`Handle`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -315,6 +315,19 @@ class ImageState(NamedTuple):
     num_nodes: int
 
 
+@dataclass(slots=True)
+class Victims:
+    """Pods a preemption would evict on one node (upstream's extenderv1.Victims)."""
+
+    pods: list[PodInfo] = field(default_factory=list)
+    num_pdb_violations: int = 0
+
+
+#: Preemption's candidates (node -> victims) through the HTTP extenders with a preempt
+#: verb: the nodes and victims they accept. Raises when a non-ignorable one fails.
+PreemptionExtenders = Callable[[PodInfo, Mapping[str, Victims]], Awaitable[dict[str, Victims]]]
+
+
 class SharedLister(Protocol):
     """Read access to the scheduling cycle's view of the nodes."""
 
@@ -420,3 +433,8 @@ class Handle(Protocol):
     def run_pre_filter_remove_pod(
         self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node_info: NodeInfo
     ) -> Status | None: ...
+
+    def preemption_extenders(self) -> PreemptionExtenders | None:
+        """The HTTP extenders' preempt verb over preemption candidates, or None when no
+        configured extender has one."""
+        ...

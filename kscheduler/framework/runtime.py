@@ -26,6 +26,7 @@ from kscheduler.framework.interface import (
     PostFilterPlugin,
     PostFilterResult,
     PreBindPlugin,
+    PreemptionExtenders,
     PreEnqueuePlugin,
     PreFilterPlugin,
     PreFilterResult,
@@ -140,6 +141,7 @@ class Framework:
         self._client = client
         self._recorder = recorder
         self._nominator = nominator
+        self._preemption_extenders: PreemptionExtenders | None = None
         self.observer = observer
         self.waiting_pods: dict[str, WaitingPodEntry] = {}
         self.plugins: dict[str, Plugin] = {}
@@ -212,6 +214,12 @@ class Framework:
 
     def set_nominator(self, nominator: Nominator) -> None:
         self._nominator = nominator
+
+    def set_preemption_extenders(self, extenders: PreemptionExtenders | None) -> None:
+        self._preemption_extenders = extenders
+
+    def preemption_extenders(self) -> PreemptionExtenders | None:
+        return self._preemption_extenders
 
     # ---- Handle -------------------------------------------------------------------------
     @property

@@ -24,7 +24,9 @@ kube-scheduler 1.35 evicts asynchronously (SchedulerAsyncPreemption) and holds
 the preemptor back at PreEnqueue until the evictions are done; here the PostFilter
 awaits the evictions, which also keeps the preemptor out of the queue meanwhile.
 As with the asynchronous path, a failed eviction is logged and the nomination
-stands.
+stands. Before a node is picked, HTTP extenders with a preempt verb may narrow the
+candidates and their victims (``Handle.preemption_extenders``), as upstream's
+callExtenders does; an extender's error fails the attempt unless it is ignorable.
 
 Pods without ``status.startTime`` (never started by a kubelet) count as started
 "now", as upstream; among equally important victims the order then follows the
@@ -55,6 +57,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.args import INT32_MAX, INT32_MIN, Fields
+from kscheduler.framework.interface import PreemptionExtenders, Victims
 from kscheduler.framework.selectors import LabelSelector, SelectorError
 
 log = structlog.get_logger("kscheduler.plugins.default_preemption")
@@ -341,6 +344,14 @@ class DefaultPreemption:
                 return None, Status.as_error(_go_aggregate(errors))
             msg = _fit_error_message(len(all_nodes), node_statuses)
             return PostFilterResult(nominated_node_name=""), Status.unschedulable(msg)
+        through_extenders = self._handle.preemption_extenders()
+        if through_extenders is not None:
+            try:
+                candidates = await _ask_extenders(through_extenders, pod, candidates)
+            except Exception as exc:
+                return None, Status.as_error(str(exc))
+            if not candidates:
+                return None, Status.unschedulable(MSG_NO_CANDIDATE)
         best = candidates[0] if len(candidates) == 1 else pick_one_node(candidates)
         if not best.node_name:
             return None, Status.unschedulable(MSG_NO_CANDIDATE)
@@ -549,6 +560,20 @@ class DefaultPreemption:
             f"Preempted by pod {preemptor.uid} on node {node_name}",
             related=preemptor.raw,
         )
+
+
+async def _ask_extenders(
+    through_extenders: PreemptionExtenders, pod: PodInfo, candidates: Sequence[Candidate]
+) -> list[Candidate]:
+    """The candidates the extenders with a preempt verb accept, with the victims they
+    chose (as returned: most important first), in the dry run's order."""
+    victims = {c.node_name: Victims(list(c.victims), c.num_pdb_violations) for c in candidates}
+    accepted = await through_extenders(pod, victims)
+    return [
+        Candidate(c.node_name, list(v.pods), v.num_pdb_violations)
+        for c in candidates
+        if (v := accepted.get(c.node_name)) is not None
+    ]
 
 
 def _fit_error_message(num_all_nodes: int, failed: Mapping[str, Status]) -> str:

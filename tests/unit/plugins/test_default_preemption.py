@@ -9,8 +9,10 @@ import pytest
 
 from kscheduler.algorithm import Algorithm
 from kscheduler.cache import Cache, Snapshot
+from kscheduler.extender import ExtenderError
 from kscheduler.framework import Code, CycleState, PodInfo, PostFilterResult, Status
 from kscheduler.framework.args import ConfigError
+from kscheduler.framework.interface import Victims
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.runtime import Framework, WaitingPodEntry
 from kscheduler.plugins import (
@@ -651,3 +653,53 @@ async def test_victim_already_gone_gets_no_event() -> None:
 def _node(res: PostFilterResult | None) -> str | None:
     """The nominated node of a PostFilter result (None when there is no result)."""
     return res.nominated_node_name if res is not None else None
+
+
+def two_candidates() -> Env:
+    """n1's victim is the cheaper one (lower priority): n1 wins without extenders."""
+    return Env(
+        [
+            node("n1").alloc(cpu="2", pods=110).with_pods(low("a", "2", 1).build()),
+            node("n2").alloc(cpu="2", pods=110).with_pods(low("b", "2", 5).build()),
+        ]
+    )
+
+
+async def test_preempt_extenders_narrow_candidates_and_choose_victims() -> None:
+    seen: list[dict[str, list[str]]] = []
+
+    async def only_n2(p: PodInfo, victims: Mapping[str, Victims]) -> dict[str, Victims]:
+        seen.append({n: [v.name for v in vs.pods] for n, vs in victims.items()})
+        return {"n2": Victims(list(victims["n2"].pods), 0)}
+
+    env = two_candidates()
+    res, st = await env.preempt(preemptor("2"))
+    assert (_node(res), st) == ("n1", None)
+
+    env = two_candidates()
+    env.fwk.set_preemption_extenders(only_n2)
+    res, st = await env.preempt(preemptor("2"))
+    assert (_node(res), st) == ("n2", None)
+    assert seen == [{"n1": ["a"], "n2": ["b"]}]
+    assert [k for k, _, _ in env.client.deletions] == ["default/b"]
+
+
+async def test_preempt_extender_errors_and_empty_answers() -> None:
+    async def failing(p: PodInfo, victims: Mapping[str, Victims]) -> dict[str, Victims]:
+        raise ExtenderError("extender http://x/preempt: 500")
+
+    env = two_candidates()
+    env.fwk.set_preemption_extenders(failing)
+    res, st = await env.preempt(preemptor("2"))
+    assert res is None and st is not None and st.code == Code.ERROR
+    assert "500" in st.message
+    assert env.client.deletions == []
+
+    async def none(p: PodInfo, victims: Mapping[str, Victims]) -> dict[str, Victims]:
+        return {}
+
+    env = two_candidates()
+    env.fwk.set_preemption_extenders(none)
+    res, st = await env.preempt(preemptor("2"))
+    assert res is None and st is not None and st.code == Code.UNSCHEDULABLE
+    assert env.client.deletions == []
