@@ -191,7 +191,7 @@ class Framework:
                 raise ValueError(
                     f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0"
                 )
-        # (plugin, its batch filter or None) pairs for the hot loop
+        # (plugin, filter, its batch filter or None) for the hot loop
         self._batch_filters: list[tuple[str, FilterFn, BatchFilterFn | None]] = [
             (p.name, p.filter, getattr(p, "filter_nodes", None)) for p in self.filter_plugins
         ]
