@@ -197,6 +197,9 @@ class WatchEndedEarly(Exception):
     """A watch stream closed at once with no events (no server timeout that quick)."""
 
 
+#: The longest Retry-After a reconnect honours (as KubeClient's requests do).
+MAX_RETRY_AFTER: Final = 60.0
+
 _RECONNECTABLE: Final = (
     ApiError,
     aiohttp.ClientError,
@@ -468,6 +471,9 @@ class Informer(Generic[T]):
                 self._stream_gen += 1
                 self.live.clear()
                 delay = backoff.next()
+                retry_after = getattr(exc, "retry_after", None)
+                if retry_after is not None:  # the server asked for a pause (429, 503)
+                    delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
                 log.warning(
                     "watch failed; reconnecting",
                     informer=self.name,

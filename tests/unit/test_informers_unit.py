@@ -467,6 +467,20 @@ async def test_list_failures_back_off_and_retry() -> None:
     assert inf.relists == 3
 
 
+async def test_reconnects_wait_as_long_as_retry_after_asks() -> None:
+    client = FakeWatchClient()
+    client.lists = [
+        ApiError(429, reason="TooManyRequests", retry_after=0.3),
+        page([obj("a", 1)], 10),
+    ]
+    inf, _ = informer(client)  # its own backoff is at most 10 ms
+    began = time.monotonic()
+    async with running(inf):
+        await asyncio.wait_for(inf.has_synced.wait(), 2)
+    assert time.monotonic() - began >= 0.3
+    assert inf.relists == 2
+
+
 async def test_expired_continue_token_restarts_the_list_in_one_page() -> None:
     client = FakeWatchClient()
     client.lists = [
