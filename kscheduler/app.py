@@ -144,6 +144,7 @@ class SchedulerApp:
         extenders = build_extenders(cfg.extenders)
         for fwk in self.frameworks.values():
             fwk.set_nominator(self.queue)
+            fwk.set_activator(self.queue.activate, self.queue.release_gated)
             if any(e.supports_preemption for e in extenders):
                 fwk.set_preemption_extenders(
                     functools.partial(process_preemption, extenders, snapshot=self.snapshot)

@@ -296,6 +296,7 @@ async def evaluate(
             # as the daemon's failure handler does, over a client that writes nothing
             start = len(writes) if writes is not None else 0
             res, pf = await fwk.run_post_filter(state, pod, diagnosis.node_to_status)
+            await fwk.wait_background()  # what PostFilter started (evictions) writes too
             ex.post_filter = pf
             if pf is not None and pf.message:
                 fe.diagnosis.post_filter_msg = pf.message

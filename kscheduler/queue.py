@@ -72,6 +72,8 @@ def pod_spec_changed(old: PodInfo, new: PodInfo) -> bool:
 class _InFlight:
     qp: QueuedPodInfo
     since_seq: int
+    #: activate() was asked for it during its attempt: requeue it at once after
+    activated: bool = False
 
 
 class QueueObserver:
@@ -252,8 +254,22 @@ class SchedulingQueue:
     def activate(self, uids: Iterable[str]) -> None:
         """Move the given pods to activeQ now (used by Permit-based plugins)."""
         for uid in uids:
+            fl = self._in_flight.get(uid)
+            if fl is not None:
+                fl.activated = True
+                continue
             qp = self._unschedulable.pop(uid, None) or self._backoff_uids.pop(uid, None)
             if qp is not None:
+                self._unsched_since.pop(uid, None)
+                self._gate_or_activate(qp, EVENT_FORCE_ACTIVATE.label)
+
+    def release_gated(self, uids: Iterable[str]) -> None:
+        """Run PreEnqueue again for these pods if they wait gated in the unschedulable
+        pool (cluster events pass gated pods by): to activeQ when it lets them in."""
+        for uid in uids:
+            qp = self._unschedulable.get(uid)
+            if qp is not None and qp.gated:
+                del self._unschedulable[uid]
                 self._unsched_since.pop(uid, None)
                 self._gate_or_activate(qp, EVENT_FORCE_ACTIVATE.label)
 
@@ -308,7 +324,7 @@ class SchedulingQueue:
             self._push_backoff(qp, "ScheduleAttemptFailure")
             self._trim_events()
             return
-        helped = any(
+        helped = fl.activated or any(
             self._worth_requeue(qp, ev, old, new)
             for seq, ev, old, new in self._event_log
             if seq > fl.since_seq

@@ -8,6 +8,7 @@ background task. Every failure path unreserves, forgets and requeues.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -550,6 +551,9 @@ class Scheduler:
         """
         self.queue.close()
         cut = await self.binds.drain(timeout)
+        with contextlib.suppress(TimeoutError):  # evictions preemption started
+            async with asyncio.timeout(min(timeout, 5.0)):
+                await asyncio.gather(*(fwk.wait_background() for fwk in self.profiles.values()))
         await self.writes.drain(min(timeout, 5.0))
         await close_extenders(self.extenders)
         return cut

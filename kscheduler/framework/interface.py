@@ -9,7 +9,7 @@ client: what they need of the cluster comes through :class:`Handle`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -433,6 +433,16 @@ class Handle(Protocol):
     def run_pre_filter_remove_pod(
         self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node_info: NodeInfo
     ) -> Status | None: ...
+
+    def activate_pods(self, uids: Iterable[str]) -> None:
+        """Move these pods from the unschedulable pool or backoffQ to activeQ (after
+        running PreEnqueue); a pod in its scheduling cycle is requeued at once after it."""
+        ...
+
+    def release_gated_pods(self, uids: Iterable[str]) -> None:
+        """Pods held at PreEnqueue: run PreEnqueue again, to activeQ if it lets them in
+        (cluster events do not move gated pods)."""
+        ...
 
     def preemption_extenders(self) -> PreemptionExtenders | None:
         """The HTTP extenders' preempt verb over preemption candidates, or None when no

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -142,6 +142,8 @@ class Framework:
         self._recorder = recorder
         self._nominator = nominator
         self._preemption_extenders: PreemptionExtenders | None = None
+        self._activate: Callable[[Iterable[str]], None] | None = None
+        self._release_gated: Callable[[Iterable[str]], None] | None = None
         self.observer = observer
         self.waiting_pods: dict[str, WaitingPodEntry] = {}
         self.plugins: dict[str, Plugin] = {}
@@ -214,6 +216,29 @@ class Framework:
 
     def set_nominator(self, nominator: Nominator) -> None:
         self._nominator = nominator
+
+    def set_activator(
+        self,
+        activate: Callable[[Iterable[str]], None],
+        release_gated: Callable[[Iterable[str]], None],
+    ) -> None:
+        self._activate = activate
+        self._release_gated = release_gated
+
+    def activate_pods(self, uids: Iterable[str]) -> None:
+        if self._activate is not None:
+            self._activate(uids)
+
+    def release_gated_pods(self, uids: Iterable[str]) -> None:
+        if self._release_gated is not None:
+            self._release_gated(uids)
+
+    async def wait_background(self) -> None:
+        """Until the background work plugins started (``wait_idle()``) is done."""
+        for p in self.plugins.values():
+            wait = getattr(p, "wait_idle", None)
+            if wait is not None:
+                await wait()
 
     def set_preemption_extenders(self, extenders: PreemptionExtenders | None) -> None:
         self._preemption_extenders = extenders

@@ -20,11 +20,13 @@ PostFilter runs after a failed Filter pass and, as kube-scheduler does:
    victims (a pod held at Permit is rejected instead; one already terminating is
    left alone) and nominates the node for the pod.
 
-kube-scheduler 1.35 evicts asynchronously (SchedulerAsyncPreemption) and holds
-the preemptor back at PreEnqueue until the evictions are done; here the PostFilter
-awaits the evictions, which also keeps the preemptor out of the queue meanwhile.
-As with the asynchronous path, a failed eviction is logged and the nomination
-stands. Before a node is picked, HTTP extenders with a preempt verb may narrow the
+As kube-scheduler 1.35 does (SchedulerAsyncPreemption), the evictions of step 4
+run in a background task: PostFilter returns the nomination at once, and the
+preemptor waits at PreEnqueue ("waiting for the preemption for this pod to be
+finished") until the task is done, which then moves it to activeQ. A failed
+eviction is logged and the nomination stands.
+
+Before a node is picked, HTTP extenders with a preempt verb may narrow the
 candidates and their victims (``Handle.preemption_extenders``), as upstream's
 callExtenders does; an extender's error fails the attempt unless it is ignorable.
 
@@ -70,6 +72,7 @@ MSG_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 MSG_NO_VICTIMS = "No preemption victims found for incoming pod"
 MSG_NO_CANDIDATE = "no candidate node for preemption"
 MSG_PREFIX = "preemption: "
+MSG_WAITING = "waiting for the preemption for this pod to be finished"
 
 #: Condition reason and event kube-scheduler gives victims.
 REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
@@ -311,6 +314,20 @@ class DefaultPreemption:
         self._handle = handle
         #: Picks the dry run's starting node; seed it for reproducible runs.
         self.rng = rng or random.Random()
+        #: Preemptor UID -> the task clearing nominations and evicting its victims.
+        self._preempting: dict[str, asyncio.Task[None]] = {}
+
+    # ---- PreEnqueue ----------------------------------------------------------------------
+    def pre_enqueue(self, pod: PodInfo) -> Status | None:
+        """Keeps a preemptor out of activeQ while its evictions are under way."""
+        if pod.uid in self._preempting:
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, [MSG_WAITING])
+        return None
+
+    async def wait_idle(self) -> None:
+        """Until every eviction started so far has finished (for shutdown and tests)."""
+        while self._preempting:
+            await asyncio.gather(*self._preempting.values(), return_exceptions=True)
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DefaultPreemption:
@@ -360,7 +377,15 @@ class DefaultPreemption:
             for p in self._handle.nominated_pods_for_node(best.node_name)
             if p.priority < pod.priority
         ]
-        await self._prepare(best, pod, nominated)
+        if any(p.nominated_node_name for p in nominated) or any(
+            not v.deleting for v in best.victims
+        ):
+            # As kube-scheduler: the evictions run in the background, the preemptor
+            # waits at PreEnqueue until they are done.
+            self._preempting[pod.uid] = asyncio.get_running_loop().create_task(
+                self._prepare_in_background(best, pod, nominated),
+                name=f"preemption for {pod.key}",
+            )
         return PostFilterResult(nominated_node_name=best.node_name, victims=len(best.victims)), None
 
     def pod_eligible_to_preempt_others(
@@ -501,10 +526,30 @@ class DefaultPreemption:
         return victims, num_violating, None
 
     # ---- eviction ------------------------------------------------------------------------
-    async def _prepare(
+    async def _prepare_in_background(
         self, candidate: Candidate, pod: PodInfo, lower_nominated: Sequence[PodInfo]
     ) -> None:
-        """Clear lower-priority nominations on the node, then evict the victims."""
+        """_prepare in the background. As kube-scheduler: afterwards the preemptor waits
+        for the victims' deletion events, unless something failed (then it is retried
+        at once); if it was held at PreEnqueue meanwhile, it is let go."""
+        failed = True
+        try:
+            failed = await self._prepare(candidate, pod, lower_nominated)
+        except Exception as exc:  # _prepare logs per victim; this is a last resort
+            log.warning("preemption failed", preemptor=pod.key, error=str(exc))
+        finally:
+            self._preempting.pop(pod.uid, None)
+            if failed:
+                self._handle.activate_pods([pod.uid])
+            else:
+                self._handle.release_gated_pods([pod.uid])
+
+    async def _prepare(
+        self, candidate: Candidate, pod: PodInfo, lower_nominated: Sequence[PodInfo]
+    ) -> bool:
+        """Clear lower-priority nominations on the node, then evict the victims; True
+        when an API call failed (the failures are logged)."""
+        failed = False
         for p in lower_nominated:
             if not p.nominated_node_name:
                 continue  # only in the scheduler's memory: nothing to clear on the server
@@ -517,15 +562,17 @@ class DefaultPreemption:
                 )
             except Exception as exc:  # not critical: the pod is retried anyway
                 log.warning("clearing nominatedNodeName failed", pod=p.key, error=str(exc))
+                failed = True
         victims = [v for v in candidate.victims if not v.deleting]
         if not victims:
-            return
+            return failed
         results = await asyncio.gather(
             *(self._preempt_one(candidate.node_name, pod, v) for v in victims),
             return_exceptions=True,
         )
         for victim, res in zip(victims, results, strict=True):
             if isinstance(res, BaseException):
+                failed = True
                 log.warning(
                     "preempting a victim failed",
                     preemptor=pod.key,
@@ -533,6 +580,7 @@ class DefaultPreemption:
                     node=candidate.node_name,
                     error=f"{type(res).__name__}: {res}",
                 )
+        return failed
 
     async def _preempt_one(self, node_name: str, preemptor: PodInfo, victim: PodInfo) -> None:
         waiting = self._handle.get_waiting_pod(victim.uid)

@@ -240,3 +240,42 @@ async def test_status_only_update_does_not_wake_unschedulable_pod() -> None:
 
     q.update(parse_pod(raw))
     assert q.counts()["unschedulable"] == 1
+
+
+async def test_activation_during_the_attempt_requeues_the_pod_after_it() -> None:
+    clock = Clock()
+    q = make_queue(clock)
+    q.add(pod("p").build())
+    qp = await pop(q)
+    q.activate([qp.pod.uid])  # in flight: remembered, not lost
+    qp.unschedulable_plugins = {"NodeResourcesFit"}
+    q.add_unschedulable_if_not_present(qp)
+    assert q.counts()["unschedulable"] == 0
+    assert q.counts()["backoff"] == 1
+
+
+async def test_release_gated_reruns_pre_enqueue_for_gated_pods_only() -> None:
+    clock = Clock()
+    holding: set[str] = set()
+
+    def pre_enqueue(p: PodInfo) -> Status | None:
+        if p.uid in holding:
+            return Status.unresolvable("waiting").with_plugin("DefaultPreemption")
+        return None
+
+    q = SchedulingQueue(sort_key=sort_key, pre_enqueue=pre_enqueue, events={}, clock=clock)
+    parked = pod("parked").build()
+    q.add(parked)
+    qp = await pop(q)
+    qp.unschedulable_plugins = {"NodeResourcesFit"}
+    q.add_unschedulable_if_not_present(qp)
+    held = pod("held").build()
+    holding.add(held.uid)
+    q.add(held)
+    assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 1, "gated": 1}
+    q.release_gated([held.uid, parked.uid])
+    assert q.counts()["gated"] == 1  # PreEnqueue still holds it
+    holding.clear()
+    q.release_gated([held.uid, parked.uid])
+    # the gated pod goes to activeQ; the parked one waits for an event, as before
+    assert q.counts() == {"active": 1, "backoff": 0, "unschedulable": 1, "gated": 0}

@@ -132,15 +132,19 @@ class Env:
         plugin.rng = random.Random(1)
 
     async def preempt(
-        self, p: PodInfo, *, run_all: bool = False
+        self, p: PodInfo, *, run_all: bool = False, wait: bool = True
     ) -> tuple[PostFilterResult | None, Status | None]:
         state = CycleState()
         self.snap.update()
         feasible, diagnosis = Algorithm().find_nodes_that_fit(self.fwk, state, p, self.snap)
         assert not feasible, "the preemptor must not fit anywhere"
         if run_all:
-            return await self.fwk.run_post_filter(state, p, diagnosis.node_to_status)
-        return await self.plugin.post_filter(state, p, diagnosis.node_to_status)
+            out = await self.fwk.run_post_filter(state, p, diagnosis.node_to_status)
+        else:
+            out = await self.plugin.post_filter(state, p, diagnosis.node_to_status)
+        if wait:
+            await self.plugin.wait_idle()  # the evictions run in the background
+        return out
 
 
 def low(name: str, cpu: str, prio: int, **labels: str) -> PodBuilder:
@@ -703,3 +707,39 @@ async def test_preempt_extender_errors_and_empty_answers() -> None:
     res, st = await env.preempt(preemptor("2"))
     assert res is None and st is not None and st.code == Code.UNSCHEDULABLE
     assert env.client.deletions == []
+
+
+async def test_evictions_run_in_the_background_while_the_preemptor_waits() -> None:
+    env = Env([n4("n1", low("p1", "4", 1).build())])
+    activated: list[str] = []
+    released: list[str] = []
+    env.fwk.set_activator(activated.extend, released.extend)
+    p = preemptor("2")
+    assert env.plugin.pre_enqueue(p) is None
+    res, st = await env.preempt(p, wait=False)
+    assert (_node(res), st) == ("n1", None)
+    assert env.client.deletions == []  # not yet: PostFilter did not wait for them
+    gate = env.plugin.pre_enqueue(p)
+    assert gate is not None and gate.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert gate.message == "waiting for the preemption for this pod to be finished"
+    await env.plugin.wait_idle()
+    assert [k for k, _, _ in env.client.deletions] == ["default/p1"]
+    assert env.plugin.pre_enqueue(p) is None
+    # done: the victims' deletion events bring the preemptor back, as upstream
+    assert (activated, released) == ([], [p.uid])
+
+
+async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
+    env = Env([n4("n1", low("p1", "4", 1).build())])
+    activated: list[str] = []
+    released: list[str] = []
+    env.fwk.set_activator(activated.extend, released.extend)
+
+    async def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("apiserver unavailable")
+
+    env.client.delete_pod = refuse  # type: ignore[method-assign]
+    p = preemptor("2")
+    res, st = await env.preempt(p)
+    assert (_node(res), st) == ("n1", None)  # the nomination stands
+    assert (activated, released) == ([p.uid], [])
