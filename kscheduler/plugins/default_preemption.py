@@ -23,8 +23,9 @@ PostFilter runs after a failed Filter pass and, as kube-scheduler does:
 As kube-scheduler 1.35 does (SchedulerAsyncPreemption), the evictions of step 4
 run in a background task: PostFilter returns the nomination at once, and the
 preemptor waits at PreEnqueue ("waiting for the preemption for this pod to be
-finished") until the task is done, which then moves it to activeQ. A failed
-eviction is logged and the nomination stands.
+finished") until the task is done; then the victims' deletion events bring it
+back (at once, after a failed API call). A failed eviction is logged and the
+nomination stands.
 
 Before a node is picked, HTTP extenders with a preempt verb may narrow the
 candidates and their victims (``Handle.preemption_extenders``), as upstream's
