@@ -11,7 +11,7 @@ no match anywhere may still go where all its topology keys exist, as long as it
 matches its own terms (the first pod of a group with affinity to itself).
 
 PreFilter keeps these counts per node across cycles when it can (see
-_tracked_filter_state), counting again only the nodes changed since the last cycle.
+_tracked_counts), counting again only the nodes changed since the last cycle.
 
 PreScore sums term weights per topology pair: the incoming pod's preferred terms
 over existing pods, and existing pods' preferred terms (and required affinity
@@ -164,6 +164,10 @@ def _resolve(terms: Iterable[AffinityTerm], namespaces: _Namespaces) -> tuple[Re
                 names = names | namespaces.matching(sel)
         out.append(ResolvedTerm(t.selector, frozenset(names), everywhere, t.topology_key, t.weight))
     return tuple(out)
+
+
+#: PreFilter's counts: existing pods' anti-affinity, the pod's affinity, its anti-affinity.
+_Counts = tuple[dict[TopologyPair, int], dict[TopologyPair, int], dict[TopologyPair, int]]
 
 
 def _count_value(share: Contribution[str, str], key: str, labels: Mapping[str, str]) -> None:
@@ -393,23 +397,36 @@ class InterPodAffinity:
         affinity = _resolve(pod.required_affinity, namespaces)
         anti = _resolve(pod.required_anti_affinity, namespaces)
         ns_labels = namespaces.labels_of(pod.namespace)
-        s = self._tracked_filter_state(pod, nodes, affinity, anti, ns_labels)
-        if s is None:
-            s = self._scanned_filter_state(pod, nodes, affinity, anti, ns_labels)
-        if not s.existing_anti_affinity_counts and not affinity and not anti:
+        counts = self._tracked_counts(pod, nodes, affinity, anti, ns_labels)
+        if counts is None:
+            counts = self._scanned_counts(pod, nodes, affinity, anti, ns_labels)
+        existing, affinity_counts, anti_counts = counts
+        if not existing and not affinity and not anti:
             return None, Status.skip()
-        state.write(PRE_FILTER_KEY, s)
+        state.write(
+            PRE_FILTER_KEY,
+            FilterState(
+                affinity,
+                anti,
+                ns_labels,
+                existing,
+                affinity_counts,
+                anti_counts,
+                _matches_all(affinity, pod),
+            ),
+        )
         return None, None
 
-    def _scanned_filter_state(
+    def _scanned_counts(
         self,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
         affinity: tuple[ResolvedTerm, ...],
         anti: tuple[ResolvedTerm, ...],
         ns_labels: dict[str, str],
-    ) -> FilterState:
-        """PreFilter's counts from every pod of every node."""
+    ) -> _Counts:
+        """PreFilter's counts (existing pods' anti-affinity, the pod's affinity, its
+        anti-affinity) from every pod of every node."""
         existing: dict[TopologyPair, int] = {}
         for ni in self._handle.snapshot.have_pods_with_required_anti_affinity():
             node = ni.node
@@ -443,25 +460,17 @@ class InterPodAffinity:
                         if value is not None and rt.matches(other):
                             pair = (rt.topology_key, value)
                             anti_counts[pair] = anti_counts.get(pair, 0) + 1
-        return FilterState(
-            affinity,
-            anti,
-            ns_labels,
-            existing,
-            affinity_counts,
-            anti_counts,
-            _matches_all(affinity, pod),
-        )
+        return existing, affinity_counts, anti_counts
 
-    def _tracked_filter_state(
+    def _tracked_counts(
         self,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
         affinity: tuple[ResolvedTerm, ...],
         anti: tuple[ResolvedTerm, ...],
         ns_labels: dict[str, str],
-    ) -> FilterState | None:
-        """_scanned_filter_state from per-node counts kept across cycles; None when
+    ) -> _Counts | None:
+        """_scanned_counts from per-node counts kept across cycles; None when
         ``nodes`` is not the snapshot's node list or the snapshot cannot say which
         nodes changed (see NodeAggregate.refresh).
 
@@ -515,15 +524,7 @@ class InterPodAffinity:
                 return None
             anti_counts = _pair_counts(agg.totals)
 
-        return FilterState(
-            affinity,
-            anti,
-            ns_labels,
-            existing,
-            affinity_counts,
-            anti_counts,
-            _matches_all(affinity, pod),
-        )
+        return existing, affinity_counts, anti_counts
 
     def pre_filter_extensions(self) -> InterPodAffinity:
         return self

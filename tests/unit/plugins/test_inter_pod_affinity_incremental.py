@@ -225,7 +225,7 @@ def check(
             raise AssertionError("the full scan ran")
 
         with mp.context() as m:
-            m.setattr(pl, "_scanned_filter_state", scan)
+            m.setattr(pl, "_scanned_counts", scan)
             got = pre_filter(pl, p, nodes)
     else:
         got = pre_filter(pl, p, nodes)
