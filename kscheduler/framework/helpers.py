@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+
+from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.interface import MAX_NODE_SCORE, NodeScore
+from kscheduler.framework.status import Status
+from kscheduler.framework.types import NodeInfo, PodInfo
+
+
+def filter_rejections(
+    filter: Callable[[CycleState, PodInfo, NodeInfo], Status | None],
+    state: CycleState,
+    pod: PodInfo,
+    nodes: Sequence[NodeInfo],
+    positions: Iterable[int],
+) -> dict[int, Status]:
+    """``filter`` on ``nodes[i]`` for each i of ``positions``: the rejections by
+    position. The slow path of a batch filter (``filter_nodes``), for the nodes its
+    fast check could not pass."""
+    out: dict[int, Status] = {}
+    for i in positions:
+        st = filter(state, pod, nodes[i])
+        if st is not None:
+            out[i] = st
+    return out
 
 
 def default_normalize_score(

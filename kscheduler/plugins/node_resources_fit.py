@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from kscheduler.framework import (
     Status,
 )
 from kscheduler.framework.args import ConfigError, Fields
+from kscheduler.framework.helpers import filter_rejections
 
 NAME = "NodeResourcesFit"
 PRE_FILTER_KEY = "PreFilter" + NAME
@@ -242,6 +243,22 @@ class InsufficientResource:
     capacity: int
     #: The request exceeds the node's whole allocatable: preemption cannot help.
     unresolvable: bool
+
+
+def fits_plainly(req: Resource, node_info: NodeInfo) -> bool:
+    """Whether a request without extended resources fits the node: the common case,
+    answered without building insufficient_resources' list."""
+    alloc = node_info.allocatable
+    used = node_info.requested
+    return (
+        len(node_info.pods) < alloc.allowed_pods
+        and (req.milli_cpu <= 0 or req.milli_cpu <= alloc.milli_cpu - used.milli_cpu)
+        and (req.memory <= 0 or req.memory <= alloc.memory - used.memory)
+        and (
+            req.ephemeral_storage <= 0
+            or req.ephemeral_storage <= alloc.ephemeral_storage - used.ephemeral_storage
+        )
+    )
 
 
 def insufficient_resources(
@@ -529,20 +546,8 @@ class NodeResourcesFit:
             return Status.as_error(
                 f'error reading "{PRE_FILTER_KEY}" from cycleState: not found', NAME
             )
-        if not req.scalar:
-            # the common case, answered without building the list of short resources
-            alloc = node_info.allocatable
-            used = node_info.requested
-            if (
-                len(node_info.pods) < alloc.allowed_pods
-                and (req.milli_cpu <= 0 or req.milli_cpu <= alloc.milli_cpu - used.milli_cpu)
-                and (req.memory <= 0 or req.memory <= alloc.memory - used.memory)
-                and (
-                    req.ephemeral_storage <= 0
-                    or req.ephemeral_storage <= alloc.ephemeral_storage - used.ephemeral_storage
-                )
-            ):
-                return None
+        if not req.scalar and fits_plainly(req, node_info):
+            return None
         short = insufficient_resources(req, node_info, self._ignored, self._ignored_groups)
         if not short:
             return None
@@ -559,29 +564,12 @@ class NodeResourcesFit:
         """filter() for many nodes at once: the common case (no extended resources)
         checked inline, filter() itself only for the nodes that fall short."""
         req = state.get(PRE_FILTER_KEY)
-        filter = self.filter
-        out: dict[int, Status] = {}
+        look: Iterable[int]
         if req is None or req.scalar:
-            for i, ni in enumerate(nodes):
-                st = filter(state, pod, ni)
-                if st is not None:
-                    out[i] = st
-            return out
-        cpu, mem, eph = req.milli_cpu, req.memory, req.ephemeral_storage
-        for i, ni in enumerate(nodes):
-            alloc = ni.allocatable
-            used = ni.requested
-            if (
-                len(ni.pods) < alloc.allowed_pods
-                and (cpu <= 0 or cpu <= alloc.milli_cpu - used.milli_cpu)
-                and (mem <= 0 or mem <= alloc.memory - used.memory)
-                and (eph <= 0 or eph <= alloc.ephemeral_storage - used.ephemeral_storage)
-            ):
-                continue
-            st = filter(state, pod, ni)
-            if st is not None:
-                out[i] = st
-        return out
+            look = range(len(nodes))
+        else:
+            look = [i for i, ni in enumerate(nodes) if not fits_plainly(req, ni)]
+        return filter_rejections(self.filter, state, pod, nodes, look)
 
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -21,6 +21,7 @@ from kscheduler.framework import (
     Status,
     Taint,
 )
+from kscheduler.framework.helpers import filter_rejections
 from kscheduler.framework.types import tolerates_taint
 
 NAME = "NodeUnschedulable"
@@ -85,15 +86,8 @@ class NodeUnschedulable:
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> dict[int, Status]:
         """filter() for many nodes at once: only unschedulable nodes need a look."""
-        out: dict[int, Status] = {}
-        filter = self.filter
-        for i, ni in enumerate(nodes):
-            node = ni.node
-            if node is None or node.unschedulable:
-                st = filter(state, pod, ni)
-                if st is not None:
-                    out[i] = st
-        return out
+        look = [i for i, ni in enumerate(nodes) if ni.node is None or ni.node.unschedulable]
+        return filter_rejections(self.filter, state, pod, nodes, look)
 
 
 ENTRY = PluginEntry(NAME, NodeUnschedulable, NodeUnschedulable.new)

@@ -27,7 +27,11 @@ from kscheduler.framework import (
     Taint,
     Toleration,
 )
-from kscheduler.framework.helpers import default_normalize_ints, default_normalize_score
+from kscheduler.framework.helpers import (
+    default_normalize_ints,
+    default_normalize_score,
+    filter_rejections,
+)
 from kscheduler.framework.types import tolerates_taint
 
 NAME = "TaintToleration"
@@ -101,15 +105,8 @@ class TaintToleration:
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> dict[int, Status]:
         """filter() for many nodes at once: untainted nodes pass without a look."""
-        out: dict[int, Status] = {}
-        filter = self.filter
-        for i, ni in enumerate(nodes):
-            node = ni.node
-            if node is None or node.taints:
-                st = filter(state, pod, ni)
-                if st is not None:
-                    out[i] = st
-        return out
+        look = [i for i, ni in enumerate(nodes) if ni.node is None or ni.node.taints]
+        return filter_rejections(self.filter, state, pod, nodes, look)
 
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
