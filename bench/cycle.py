@@ -64,9 +64,12 @@ CYCLE_WORKLOADS = (
 PLUGIN_METHODS = (
     "pre_filter",
     "filter",
+    "filter_nodes",
     "pre_score",
     "score",
+    "score_nodes",
     "normalize_score",
+    "normalize_scores",
     "reserve",
     "permit",
 )
@@ -303,8 +306,7 @@ class PluginTimer:
                 fn = getattr(plugin, method, None)
                 if callable(fn):
                     setattr(plugin, method, self._wrap(plugin.name, method, fn))
-        # the framework caches bound filter methods for its hot loop
-        fwk._filters = [(p.name, p.filter) for p in fwk.filter_plugins]
+        fwk.refresh_plans()  # the framework caches bound methods for its hot loops
 
     def _wrap(self, plugin: str, method: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         key = (plugin, method)

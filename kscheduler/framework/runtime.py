@@ -193,16 +193,17 @@ class Framework:
                 raise ValueError(
                     f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0"
                 )
-        # (plugin, filter, its batch filter or None) for the hot loop
-        self._batch_filters: list[tuple[str, FilterFn, BatchFilterFn | None]] = [
+        self.refresh_plans()
+
+    def refresh_plans(self) -> None:
+        """Work out once the bound methods the hot loops call (again after replacing
+        plugin methods, as a profiler does)."""
+        # (plugin, filter as a bound method, its batch filter or None)
+        self._filters: list[tuple[str, FilterFn, BatchFilterFn | None]] = [
             (p.name, p.filter, getattr(p, "filter_nodes", None)) for p in self.filter_plugins
         ]
-        # (plugin, filter-as-bound-method) pairs for run_filter
-        self._filters: list[tuple[str, FilterFn]] = [
-            (p.name, p.filter) for p in self.filter_plugins
-        ]
         # (plugin, its batch scorer or None, normalizes?, its int normalizer or None,
-        # weight), worked out once: isinstance on a Protocol is slow
+        # weight): isinstance on a Protocol is slow
         self._score_plan = [
             (
                 p,
@@ -273,7 +274,7 @@ class Framework:
         """(plugin name, filter, batch filter or None) of this cycle, in order: the
         plugins PreFilter skipped left out."""
         skip = state.skip_filter_plugins
-        plan = self._batch_filters
+        plan = self._filters
         return [f for f in plan if f[0] not in skip] if skip else plan
 
     def run_filters_on(
@@ -409,7 +410,7 @@ class Framework:
 
     def run_filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
         skip = state.skip_filter_plugins
-        for name, f in self._filters:
+        for name, f, _ in self._filters:
             if skip and name in skip:
                 continue
             try:
