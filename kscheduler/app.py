@@ -6,8 +6,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,7 +33,7 @@ from kscheduler.framework.status import Status
 from kscheduler.framework.types import PodInfo
 from kscheduler.informers import Informer, InformerFactory
 from kscheduler.kube import KubeClient, TokenBucketRateLimiter
-from kscheduler.leader import LeaderElector
+from kscheduler.leader import LeaderElector, process_identity
 from kscheduler.queue import SchedulingQueue
 from kscheduler.scheduler import Scheduler, SchedulerObserver
 
@@ -109,7 +107,7 @@ class SchedulerApp:
         self.cfg = cfg = with_extender_ignored_resources(cfg)
         self.kube = kube
         self.options = options or Options()
-        self.identity = self.options.identity or f"{socket.gethostname()}_{os.getpid()}"
+        self.identity = self.options.identity or process_identity()
         self.cache = Cache()
         self.snapshot = Snapshot(self.cache)
         self.informers = InformerFactory(kube)
@@ -313,6 +311,11 @@ class SchedulerApp:
             lease_duration=le.lease_duration,
             renew_deadline=le.renew_deadline,
             retry_period=le.retry_period,
+        )
+        log.info(
+            "leader election",
+            lease=f"{le.resource_namespace}/{le.resource_name}",
+            identity=self.identity,
         )
         while not stop.is_set():
             acquired = await _until(self.elector.acquire(), stop)

@@ -22,6 +22,11 @@ Lease every ``retry_period`` (plus up to 20% jitter).
   leaseDurationSeconds 1 (client-go's ReleaseOnCancel): a standby takes the
   free lease on its next poll instead of waiting the lease out.
 
+Each process elects under an identity of its own: the hostname, ``_`` and a
+random UUID (:func:`process_identity`). The hostname alone, or hostname and
+PID, is not unique: two replicas on the host network of one node share the
+hostname, and in containers both run as PID 1.
+
 The identity that runs the elector needs ``get``, ``create`` and ``update`` on
 its Lease. The bootstrap ``system:kube-scheduler`` role grants get/update only
 on the Lease named ``kube-scheduler``, so a kscheduler Lease needs a Role of
@@ -33,7 +38,9 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -51,6 +58,15 @@ log = structlog.get_logger("kscheduler.leader")
 JITTER = 0.2
 #: Margin added when a standby sleeps until the observed record would expire.
 _EXPIRY_MARGIN = 0.01
+
+
+def process_identity() -> str:
+    """A Lease holder identity no other process has: ``<hostname>_<random UUID>``.
+
+    Called once per process; the UUID makes it unique even where replicas share
+    the hostname and the PID (host-network containers, each PID 1).
+    """
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
 class LeaseClient(Protocol):

@@ -170,7 +170,7 @@ def test_kscheduler_on_kind_binds_the_example_pod(kind: Kind) -> None:
 
         eventually(scheduled_by_kscheduler, timeout=60, what="a Scheduled event from kscheduler")
 
-        # one replica holds the Lease kube-system/kscheduler (holderIdentity: podname_pid)
+        # one replica holds the Lease kube-system/kscheduler (holderIdentity: <pod name>_<random UUID>)
         lease = kind.kubectl_json("-n", "kube-system", "get", "lease", "kscheduler")
         replicas = kind.kubectl_json(
             "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=kscheduler"

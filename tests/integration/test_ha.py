@@ -109,8 +109,11 @@ class Replica:
         return self.proc.pid
 
     def owns(self, holder: str) -> bool:
-        """The app's identity is <hostname>_<pid>."""
-        return holder.endswith(f"_{self.pid}")
+        """``holder`` is the identity this replica announced when it began its election."""
+        return any(
+            e.get("event") == "leader election" and e.get("identity") == holder
+            for e in self.events()
+        )
 
     def events(self) -> list[dict[str, Any]]:
         out = []

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import os
 import re
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -553,8 +553,18 @@ class Replica:
 
     @property
     def identity(self) -> str:
-        """The holderIdentity kscheduler writes into the Lease (hostname_pid)."""
-        return f"{socket.gethostname()}_{self.proc.pid}"
+        """The holderIdentity kscheduler writes into the Lease, as its log announces it."""
+        self.log.flush()
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("event") == "leader election":
+                return str(entry["identity"])
+        return ""
 
     def log_tail(self, lines: int = 40) -> str:
         self.log.flush()

@@ -10,14 +10,16 @@ import asyncio
 import copy
 import heapq
 import itertools
+import os
 import re
+import socket
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from kscheduler.kube import ApiError
-from kscheduler.leader import JITTER, LeaderElector, LeadershipLost
+from kscheduler.leader import JITTER, LeaderElector, LeadershipLost, process_identity
 
 NS, NAME = "kube-system", "kscheduler"
 PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}"
@@ -213,6 +215,29 @@ async def test_standby_does_not_steal_a_renewed_lease(api: FakeLeaseApi, ft: Fak
     assert not acquire_b.done() and not hold.done()
     assert api.spec()["holderIdentity"] == "a" and a.is_leader()
     assert b.holder == "a"
+    for t in (hold, acquire_b):
+        t.cancel()
+    await asyncio.gather(hold, acquire_b, return_exceptions=True)
+
+
+async def test_processes_sharing_hostname_and_pid_never_both_lead(
+    api: FakeLeaseApi, ft: FakeTime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas on one node's host network, each PID 1 in its container: their
+    identities still differ, so the second cannot take the first's Lease as its own."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "node-1")
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    id_a, id_b = process_identity(), process_identity()
+    assert id_a != id_b
+    assert id_a.startswith("node-1_") and id_b.startswith("node-1_")
+    a, b = elector(api, ft, id_a), elector(api, ft, id_b)
+    await a.acquire()
+    hold = asyncio.create_task(a.hold())
+    acquire_b = asyncio.create_task(b.acquire())
+    await ft.advance(10 * LD)
+    assert not acquire_b.done(), "b acquired a Lease that a holds and renews"
+    assert a.is_leader() and not b.is_leader()
+    assert api.spec()["holderIdentity"] == id_a
     for t in (hold, acquire_b):
         t.cancel()
     await asyncio.gather(hold, acquire_b, return_exceptions=True)
