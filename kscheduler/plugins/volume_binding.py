@@ -32,15 +32,16 @@ Reserve / Unreserve
     do not pick the same volume. Unreserve drops those assumptions.
 
 PreBind
-    Static bindings: kube-scheduler only writes the PV's claimRef and waits for the
-    PV controller to finish. The control planes kscheduler is tested on run no
-    controller-manager, so this plugin completes the binding the way the PV
-    controller does: PV claimRef (+ bound-by-controller), PV phase Bound, the claim's
-    volumeName (+ bind-completed, bound-by-controller), claim phase Bound with the
-    volume's access modes and capacity. Dynamic provisioning: the claim is
-    annotated with the selected node, then the plugin waits (polling the informer
-    view every second, up to ``bindTimeoutSeconds``) for an external provisioner
-    to bind it; without one the wait times out and the pod is retried.
+    As kube-scheduler: each chosen static volume is updated (PUT, with the
+    resourceVersion seen in Filter) with the claim's reference in ``spec.claimRef``
+    and ``pv.kubernetes.io/bound-by-controller`` when it was not already bound to
+    the claim; each claim to provision is updated (PUT) with the
+    ``volume.kubernetes.io/selected-node`` annotation. The PV controller does the
+    rest (PV and claim status, the claim's volumeName and bind-completed
+    annotation, provisioning through the external provisioner); the plugin polls
+    its informer view every second, up to ``bindTimeoutSeconds``, until every
+    claim is fully bound, and fails (the pod is retried) when the controller
+    undoes a binding or the provisioner gives up.
 
 Score is not implemented: it needs the StorageCapacityScoring feature, off by
 default. Volumes of in-tree plugins are not translated to CSI for node affinity.
@@ -49,6 +50,7 @@ default. Volumes of in-tree plugins are not translated to CSI for node affinity.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,7 +103,6 @@ ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 FILESYSTEM = "Filesystem"
-MERGE_PATCH = "application/merge-patch+json"
 
 PVCS = "persistentvolumeclaims"
 PVS = "persistentvolumes"
@@ -527,15 +528,16 @@ class VolumeBinding:
         if volumes is None:
             return Status.as_error(f'no pod volumes found for node "{node_name}"')
         try:
-            written = await self._bind_api_update(volumes, node_name)
+            static, provisioned = await self._bind_api_update(volumes, node_name)
         except Exception as exc:  # the API client's errors, whatever their type
             return Status.as_error(str(exc) or type(exc).__name__)
         try:
             async with asyncio.timeout(self._bind_timeout):
+                # The PV controller and the provisioners report through the objects:
+                # poll the informer view, as upstream polls its caches.
                 while True:
-                    if self._provisioned(written, node_name):
+                    if self._bindings_done(static, provisioned, node_name):
                         break
-                    # The provisioner reports through the claim: poll the informer view.
                     await asyncio.sleep(POLL_INTERVAL_SECONDS)
         except TimeoutError:
             return Status.as_error("binding volumes: timed out waiting for the condition")
@@ -545,72 +547,63 @@ class VolumeBinding:
 
     async def _bind_api_update(
         self, volumes: PodVolumes, node_name: str
-    ) -> list[tuple[Claim, str]]:
-        """Make the API writes; returns each claim to provision with the version written."""
+    ) -> tuple[list[tuple[Claim, str, str]], list[tuple[Claim, str]]]:
+        """Make the API writes: every static volume's claimRef, then every claim to
+        provision's selected node. Returns (claim, volume, version written) for the
+        static bindings and (claim, version written) for the claims to provision."""
+        static = []
         for claim, volume in volumes.static:
-            await self._bind_static(claim, volume)
-        written = []
+            pv = _bind_volume_to_claim(volume, claim)
+            resp = await self._client.request("PUT", f"/api/v1/{PVS}/{volume.name}", pv)
+            static.append((claim, volume.name, _resource_version(resp)))
+        provisioned = []
         for claim in volumes.dynamic:
-            body = {
-                "metadata": {
-                    "resourceVersion": claim.resource_version,
-                    "annotations": {ANN_SELECTED_NODE: node_name},
-                }
-            }
-            resp = await self._client.request(
-                "PATCH", _claim_path(claim), body, content_type=MERGE_PATCH
-            )
-            rv = str(_dict(_dict(resp).get("metadata")).get("resourceVersion", ""))
-            written.append((claim, rv))
-        return written
+            raw = self._objects.get(PVCS, claim.namespace, claim.name)
+            if raw is None:
+                raise BindingError(f'persistentvolumeclaim "{claim.name}" not found')
+            body = copy.deepcopy(dict(raw))
+            meta = body.setdefault("metadata", {})
+            # the version seen in Filter: a claim changed since fails with a conflict
+            meta["resourceVersion"] = claim.resource_version
+            annotations = meta.get("annotations")
+            meta["annotations"] = {**(annotations or {}), ANN_SELECTED_NODE: node_name}
+            resp = await self._client.request("PUT", _claim_path(claim), body)
+            provisioned.append((claim, _resource_version(resp)))
+        return static, provisioned
 
-    async def _bind_static(self, claim: Claim, volume: Volume) -> None:
-        """Bind volume and claim to each other as the PV controller would.
-
-        The PV update carries the resourceVersion seen in Filter, so a volume taken
-        meanwhile (by another scheduler or the PV controller) fails with a conflict."""
-        pv_meta: dict[str, Any] = {"resourceVersion": volume.resource_version}
-        if not volume.bound_to(claim) and ANN_BOUND_BY_CONTROLLER not in volume.annotations:
-            pv_meta["annotations"] = {ANN_BOUND_BY_CONTROLLER: "yes"}
-        claim_ref = {
-            "kind": "PersistentVolumeClaim",
-            "apiVersion": "v1",
-            "namespace": claim.namespace,
-            "name": claim.name,
-            "uid": claim.uid,
-            "resourceVersion": claim.resource_version,
-        }
-        pv_path = f"/api/v1/persistentvolumes/{volume.name}"
-        await self._client.request(
-            "PATCH",
-            pv_path,
-            {"metadata": pv_meta, "spec": {"claimRef": claim_ref}},
-            content_type=MERGE_PATCH,
-        )
-        await self._client.request(
-            "PATCH", pv_path + "/status", {"status": {"phase": "Bound"}}, content_type=MERGE_PATCH
-        )
-        claim_annotations = {ANN_BIND_COMPLETED: "yes", ANN_BOUND_BY_CONTROLLER: "yes"}
-        await self._client.request(
-            "PATCH",
-            _claim_path(claim),
-            {"metadata": {"annotations": claim_annotations}, "spec": {"volumeName": volume.name}},
-            content_type=MERGE_PATCH,
-        )
-        pv_spec = _dict(volume.raw.get("spec"))
-        claim_status: dict[str, Any] = {
-            "phase": "Bound",
-            "accessModes": list(pv_spec.get("accessModes") or ()),
-        }
-        storage = _dict(pv_spec.get("capacity")).get("storage")
-        if storage is not None:
-            claim_status["capacity"] = {"storage": storage}
-        await self._client.request(
-            "PATCH",
-            _claim_path(claim) + "/status",
-            {"status": claim_status},
-            content_type=MERGE_PATCH,
-        )
+    def _bindings_done(
+        self,
+        static: list[tuple[Claim, str, str]],
+        provisioned: list[tuple[Claim, str]],
+        node_name: str,
+    ) -> bool:
+        """Whether every claim is fully bound; BindingError when the PV controller
+        dropped a volume's claimRef, a volume does not fit the node, or a provisioner
+        gave up (it removes the selected-node annotation)."""
+        for claim, volume_name, rv in static:
+            raw_pv = self._objects.get(PVS, "", volume_name)
+            if raw_pv is None:
+                raise BindingError(
+                    f'failed to check binding: persistentvolume "{volume_name}" not found'
+                )
+            raw_claim = self._objects.get(PVCS, claim.namespace, claim.name)
+            if raw_claim is None:
+                raise BindingError(
+                    f'failed to check binding: persistentvolumeclaim "{claim.key}" not found'
+                )
+            volume = Volume.parse(raw_pv)
+            if _rv_older(volume.resource_version, rv):
+                return False  # the informer has not seen our write yet
+            if not volume.fits(self._node_labels(node_name)):
+                raise BindingError(
+                    f'pv "{volume.name}" node affinity doesn\'t match node "{node_name}": '
+                    "no matching NodeSelectorTerms"
+                )
+            if volume.claim_ref is None or not volume.claim_ref.uid:
+                raise BindingError(f'ClaimRef got reset for pv "{volume.name}"')
+            if not Claim.parse(raw_claim).fully_bound:
+                return False
+        return self._provisioned(provisioned, node_name)
 
     def _provisioned(self, written: list[tuple[Claim, str]], node_name: str) -> bool:
         """Whether every claim given to a provisioner is bound; BindingError when the
@@ -961,6 +954,35 @@ def _rv_older(current: str, written: str) -> bool:
         return int(current) < int(written)
     except ValueError:
         return current != written
+
+
+def _bind_volume_to_claim(volume: Volume, claim: Claim) -> dict[str, Any]:
+    """The volume as PreBind writes it: the claim's full reference in spec.claimRef,
+    and bound-by-controller when the volume was not already bound to this claim."""
+    body = copy.deepcopy(dict(volume.raw))
+    meta = body.setdefault("metadata", {})
+    meta["resourceVersion"] = volume.resource_version
+    ref = volume.claim_ref
+    if ref is None or (ref.namespace, ref.name, ref.uid) != (
+        claim.namespace,
+        claim.name,
+        claim.uid,
+    ):
+        body.setdefault("spec", {})["claimRef"] = {
+            "kind": "PersistentVolumeClaim",
+            "namespace": claim.namespace,
+            "name": claim.name,
+            "uid": claim.uid,
+            "apiVersion": "v1",
+            "resourceVersion": claim.resource_version,
+        }
+    if not volume.bound_to(claim) and ANN_BOUND_BY_CONTROLLER not in volume.annotations:
+        meta["annotations"] = {**(meta.get("annotations") or {}), ANN_BOUND_BY_CONTROLLER: "yes"}
+    return body
+
+
+def _resource_version(resp: Any) -> str:
+    return str(_dict(_dict(resp).get("metadata")).get("resourceVersion", ""))
 
 
 def _claim_path(claim: Claim) -> str:

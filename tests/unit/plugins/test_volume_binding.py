@@ -19,7 +19,6 @@ from kscheduler.plugins.volume_binding import (
     ERR_REASON_NODE_CONFLICT,
     ERR_REASON_PV_NOT_EXIST,
     ERR_UNBOUND_IMMEDIATE_CLAIMS,
-    MERGE_PATCH,
     VolumeBinding,
     VolumeBindingArgs,
     parse_args,
@@ -149,7 +148,8 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 
 class ApiServer:
-    """Applies merge patches to the objects (which double as the informer view)."""
+    """Applies updates (PUT) and merge patches to the objects (which double as the
+    informer view); refuses writes to a status subresource."""
 
     def __init__(self, objects: FakeObjects) -> None:
         self.objects = objects
@@ -163,6 +163,8 @@ class ApiServer:
     ) -> Any:
         self.requests.append((method, path, copy.deepcopy(body), content_type))
         parts = path.strip("/").split("/")
+        if parts[-1] == "status":
+            raise PermissionError(f"{method} {path}: forbidden")
         if parts[2] == "persistentvolumes":
             kind, ns, name = PVS, "", parts[3]
         else:
@@ -175,7 +177,11 @@ class ApiServer:
             raise RuntimeError(f'Operation cannot be fulfilled on {kind} "{name}": conflict')
         patch = copy.deepcopy(body)
         (patch.get("metadata") or {}).pop("resourceVersion", None)
-        merge(obj, patch)
+        if method == "PUT":
+            obj.clear()
+            obj.update(patch)
+        else:
+            merge(obj, patch)
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         if self.on_write is not None:
@@ -479,25 +485,39 @@ async def test_pre_bind_with_all_claims_bound_does_nothing() -> None:
     assert env.api.requests == []
 
 
-async def test_pre_bind_static_binding_binds_both_sides() -> None:
+def pv_controller(env: Env) -> Callable[[str, dict[str, Any]], None]:
+    """A stand-in for the PV controller: once a volume names a claim, it completes the
+    claim's side of the binding."""
+
+    def complete(kind: str, obj: dict[str, Any]) -> None:
+        ref = obj.get("spec", {}).get("claimRef")
+        if kind != PVS or not ref:
+            return
+        claim = env.objects.get(PVCS, ref["namespace"], ref["name"])
+        assert claim is not None
+        claim["spec"]["volumeName"] = obj["metadata"]["name"]
+        claim["metadata"].setdefault("annotations", {})[ANN_BIND_COMPLETED] = "yes"
+
+    return complete
+
+
+async def test_pre_bind_static_binding_writes_the_claim_ref_and_waits_for_the_controller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(volume_binding, "POLL_INTERVAL_SECONDS", 0.001)
     env = Env({PVCS: [pvc("c")], PVS: [pv("v1", storage="2Gi")], SCS: [storage_class()]})
     p = claim_pod("c")
     state, _, _ = env.cycle(p)
     assert env.plugin.reserve(state, p, "n1") is None
+    env.api.on_write = pv_controller(env)
     assert await env.plugin.pre_bind(state, p, "n1") is None
 
-    paths = [(m, path) for m, path, _, _ in env.api.requests]
-    assert paths == [
-        ("PATCH", "/api/v1/persistentvolumes/v1"),
-        ("PATCH", "/api/v1/persistentvolumes/v1/status"),
-        ("PATCH", "/api/v1/namespaces/default/persistentvolumeclaims/c"),
-        ("PATCH", "/api/v1/namespaces/default/persistentvolumeclaims/c/status"),
-    ]
-    assert all(ct == MERGE_PATCH for *_, ct in env.api.requests)
-    volume = env.objects.get(PVS, "", "v1")
-    claim = env.objects.get(PVCS, "default", "c")
-    assert volume is not None and claim is not None
-    assert volume["spec"]["claimRef"] == {
+    # one write, the volume's, as kube-scheduler: the PV controller does the rest
+    ((method, path, body, _),) = env.api.requests
+    assert (method, path) == ("PUT", "/api/v1/persistentvolumes/v1")
+    assert body["metadata"]["resourceVersion"] == "1"
+    assert body["metadata"]["annotations"] == {ANN_BOUND_BY_CONTROLLER: "yes"}
+    assert body["spec"]["claimRef"] == {
         "kind": "PersistentVolumeClaim",
         "apiVersion": "v1",
         "namespace": "default",
@@ -505,21 +525,39 @@ async def test_pre_bind_static_binding_binds_both_sides() -> None:
         "uid": "uid-c",
         "resourceVersion": "1",
     }
-    assert volume["metadata"]["annotations"] == {ANN_BOUND_BY_CONTROLLER: "yes"}
-    assert volume["status"]["phase"] == "Bound"
-    assert claim["spec"]["volumeName"] == "v1"
-    assert claim["metadata"]["annotations"] == {
-        ANN_BIND_COMPLETED: "yes",
-        ANN_BOUND_BY_CONTROLLER: "yes",
-    }
-    assert claim["status"] == {
-        "phase": "Bound",
-        "accessModes": ["ReadWriteOnce"],
-        "capacity": {"storage": "2Gi"},
-    }
+    assert body["spec"]["capacity"] == {"storage": "2Gi"}  # the whole object is written
     # the next pod of the claim sees it bound
     _, st, by_node = env.cycle(claim_pod("c", name="p2"))
     assert st is None and by_node["n2"] is None
+
+
+async def test_pre_bind_static_binding_waits_for_the_controller_until_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(volume_binding, "POLL_INTERVAL_SECONDS", 0.001)
+    env = Env(
+        {PVCS: [pvc("c")], PVS: [pv("v1")], SCS: [storage_class()]}, args=VolumeBindingArgs(0)
+    )
+    p = claim_pod("c")
+    state, _, _ = env.cycle(p)
+    assert env.plugin.reserve(state, p, "n1") is None
+    st = await env.plugin.pre_bind(state, p, "n1")
+    assert st is not None and st.code == Code.ERROR
+    assert st.message == "binding volumes: timed out waiting for the condition"
+
+
+async def test_pre_bind_static_binding_fails_when_the_controller_drops_the_claim_ref(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(volume_binding, "POLL_INTERVAL_SECONDS", 0.001)
+    env = Env({PVCS: [pvc("c")], PVS: [pv("v1")], SCS: [storage_class()]})
+    p = claim_pod("c")
+    state, _, _ = env.cycle(p)
+    assert env.plugin.reserve(state, p, "n1") is None
+    env.api.on_write = lambda kind, obj: obj["spec"].pop("claimRef")
+    st = await env.plugin.pre_bind(state, p, "n1")
+    assert st is not None and st.code == Code.ERROR
+    assert st.message == 'binding volumes: ClaimRef got reset for pv "v1"'
 
 
 async def test_pre_bind_fails_on_a_conflict() -> None:
@@ -552,8 +590,10 @@ async def test_pre_bind_provisioning_waits_for_the_provisioner(
     env.api.on_write = provisioner
     assert await env.plugin.pre_bind(state, p, "n1") is None
     ((method, path, body, _),) = env.api.requests
-    assert (method, path) == ("PATCH", "/api/v1/namespaces/default/persistentvolumeclaims/c")
-    assert body == {"metadata": {"resourceVersion": "1", "annotations": {ANN_SELECTED_NODE: "n1"}}}
+    assert (method, path) == ("PUT", "/api/v1/namespaces/default/persistentvolumeclaims/c")
+    assert body["metadata"]["resourceVersion"] == "1"
+    assert body["metadata"]["annotations"] == {ANN_SELECTED_NODE: "n1"}
+    assert body["spec"] == pvc("c")["spec"]
 
 
 async def test_pre_bind_provisioning_failures(monkeypatch: pytest.MonkeyPatch) -> None:
