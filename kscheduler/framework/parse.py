@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kscheduler.framework.features import GATES
 from kscheduler.framework.selectors import (
     LabelSelector,
     NodeSelector,
@@ -56,9 +57,11 @@ def _str_map(v: Any, where: str) -> dict[str, str]:
     return d
 
 
-def _container_requests(c: Mapping[str, Any], where: str) -> tuple[Resource, int, int]:
-    """A container's requests, and its CPU/memory for scoring: requests that are
-    missing (not ones set to zero) count as 100m / 200Mi."""
+def _container_requests(
+    c: Mapping[str, Any], where: str
+) -> tuple[Resource, int, int, dict[str, Any]]:
+    """A container's requests, its CPU/memory for scoring (requests that are missing,
+    not ones set to zero, count as 100m / 200Mi), and the raw request map."""
     res = _dict(c.get("resources"), f"{where}.resources")
     raw = _dict(res.get("requests"), f"{where}.resources.requests")
     r = Resource.from_list(raw, f"{where}.resources.requests")
@@ -66,31 +69,59 @@ def _container_requests(c: Mapping[str, Any], where: str) -> tuple[Resource, int
         r,
         r.milli_cpu if "cpu" in raw else DEFAULT_MILLI_CPU_REQUEST,
         r.memory if "memory" in raw else DEFAULT_MEMORY_REQUEST,
+        raw,
     )
 
 
+def _is_pod_level_resource(name: str) -> bool:
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
 def pod_requests(spec: Mapping[str, Any]) -> tuple[Resource, int, int]:
-    """The pod's effective request and its non-zero CPU/memory for scoring.
+    """The pod's effective request and its non-zero CPU/memory as a node's totals
+    count them (see :func:`pod_resources`)."""
+    total, node_cpu, node_mem, _, _ = pod_resources(spec)
+    return total, node_cpu, node_mem
+
+
+def pod_resources(spec: Mapping[str, Any]) -> tuple[Resource, int, int, int, int]:
+    """The pod's effective request, its non-zero CPU/memory for a node's totals, and
+    its non-zero CPU/memory as the incoming pod of a score.
 
     Regular containers and restartable init containers (sidecars) add up; each
     ordinary init container needs its own request plus the sidecars started
     before it; the pod needs the larger of the two, plus its overhead.
-    Pod-level requests, where given, replace the container sum for that resource.
+
+    Pod-level requests (``spec.resources.requests``: cpu, memory, hugepages-*),
+    where any is given and the PodLevelResources gate is on, replace the
+    container sum for those resources. The non-zero values then follow two rules,
+    as kube-scheduler's: the incoming pod's score counts 100m / 200Mi for each
+    container missing a request and then takes the pod-level value; a node's
+    totals count the defaults only for a resource that neither the containers,
+    the pod level nor the overhead mention, and the real request otherwise.
+    Without pod-level requests both are the per-container defaults.
     """
     total = Resource()
     nz_cpu = nz_mem = 0
+    has_cpu = has_mem = False
     for i, c in enumerate(_list(spec.get("containers"), "spec.containers")):
-        r, a, b = _container_requests(_dict(c, f"spec.containers[{i}]"), f"spec.containers[{i}]")
+        r, a, b, raw = _container_requests(
+            _dict(c, f"spec.containers[{i}]"), f"spec.containers[{i}]"
+        )
         total.add(r)
         nz_cpu += a
         nz_mem += b
+        has_cpu = has_cpu or "cpu" in raw
+        has_mem = has_mem or "memory" in raw
     sidecars = Resource()
     sc_cpu = sc_mem = 0
     init_max = Resource()
     init_nz_cpu = init_nz_mem = 0
     for i, c in enumerate(_list(spec.get("initContainers"), "spec.initContainers")):
         c = _dict(c, f"spec.initContainers[{i}]")
-        r, a, b = _container_requests(c, f"spec.initContainers[{i}]")
+        r, a, b, raw = _container_requests(c, f"spec.initContainers[{i}]")
+        has_cpu = has_cpu or "cpu" in raw
+        has_mem = has_mem or "memory" in raw
         if c.get("restartPolicy") == "Always":
             total.add(r)
             nz_cpu += a
@@ -112,22 +143,40 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[Resource, int, int]:
     pod_level = _dict(
         _dict(spec.get("resources"), "spec.resources").get("requests"), "spec.resources.requests"
     )
-    if pod_level:
+    pod_level_set = (
+        bool(pod_level)
+        and GATES.pod_level_resources
+        and any(_is_pod_level_resource(k) for k in pod_level)
+    )
+    if pod_level_set:
         pl = Resource.from_list(pod_level, "spec.resources.requests")
         if "cpu" in pod_level:
             total.milli_cpu = nz_cpu = pl.milli_cpu
+            has_cpu = True
         if "memory" in pod_level:
             total.memory = nz_mem = pl.memory
+            has_mem = True
         for k, v in pl.scalar.items():
             if k.startswith("hugepages-"):
                 total.scalar[k] = v
     overhead = spec.get("overhead")
     if overhead:
-        o = Resource.from_list(_dict(overhead, "spec.overhead"), "spec.overhead")
+        raw_overhead = _dict(overhead, "spec.overhead")
+        o = Resource.from_list(raw_overhead, "spec.overhead")
         total.add(o)
         nz_cpu += o.milli_cpu
         nz_mem += o.memory
-    return total, nz_cpu, nz_mem
+        has_cpu = has_cpu or "cpu" in raw_overhead
+        has_mem = has_mem or "memory" in raw_overhead
+    if not pod_level_set:
+        return total, nz_cpu, nz_mem, nz_cpu, nz_mem
+    return (
+        total,
+        total.milli_cpu if has_cpu else nz_cpu,
+        total.memory if has_mem else nz_mem,
+        nz_cpu,
+        nz_mem,
+    )
 
 
 def _tolerations(raw: Any) -> tuple[Toleration, ...]:
@@ -274,7 +323,7 @@ def _parse_pod(raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, nam
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):
         raise ParseError("spec.priority: expected an integer")
-    requests, nz_cpu, nz_mem = pod_requests(spec)
+    requests, nz_cpu, nz_mem, score_cpu, score_mem = pod_resources(spec)
     images = []
     for key in ("containers", "initContainers"):
         for c in _list(spec.get(key), f"spec.{key}"):
@@ -311,6 +360,8 @@ def _parse_pod(raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, nam
         requests=requests,
         non_zero_cpu=nz_cpu,
         non_zero_memory=nz_mem,
+        score_cpu=score_cpu,
+        score_memory=score_mem,
         scheduling_gates=gates,
         images=tuple(images),
         deleting=bool(meta.get("deletionTimestamp")),

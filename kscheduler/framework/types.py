@@ -231,8 +231,15 @@ class PodInfo:
     tolerations: tuple[Toleration, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     requests: Resource = field(default_factory=Resource)
+    #: CPU/memory as a node's totals count the pod: 100m / 200Mi for a missing request
+    #: (with pod-level requests, only where nothing mentions the resource).
     non_zero_cpu: int = 0
     non_zero_memory: int = 0
+    #: CPU/memory as NodeResourcesFit's score counts the pod being scheduled: the
+    #: per-container defaults, then the pod-level requests. Equal to the two above
+    #: unless the pod has pod-level requests.
+    score_cpu: int = 0
+    score_memory: int = 0
     scheduling_gates: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
     deleting: bool = False

@@ -434,13 +434,14 @@ def build_scorer(strategy: ScoringStrategy) -> Scorer:
 
 
 def pod_score_requests(pod: PodInfo, names: Sequence[str]) -> list[int]:
-    """The pod's request per scored resource: non-zero cpu/memory, real for the rest."""
+    """The pod's request per scored resource: non-zero cpu/memory (the incoming pod's
+    rule, see PodInfo.score_cpu), real for the rest."""
     out = []
     for name in names:
         if name == CPU:
-            out.append(pod.non_zero_cpu)
+            out.append(pod.score_cpu)
         elif name == MEMORY:
-            out.append(pod.non_zero_memory)
+            out.append(pod.score_memory)
         elif name == EPHEMERAL_STORAGE:
             out.append(pod.requests.ephemeral_storage)
         else:
