@@ -1,8 +1,10 @@
-"""``kscheduler demo``: a real control plane, a few nodes and pods, kscheduler placing them.
+"""``kscheduler demo``: a local cluster, a few workloads, kscheduler placing them.
 
-Starts etcd + kube-apiserver on loopback (unless --kubeconfig names a cluster),
-creates demo nodes and pods, runs kscheduler in the foreground with its log
-visible, then prints where each pod went or why it is pending.
+Starts a cluster on loopback (etcd, kube-apiserver, kube-controller-manager and
+kwok; unless --kubeconfig names a cluster), creates demo nodes, local volumes and
+workloads (a Deployment, a StatefulSet whose claims the PV controller binds, and
+single pods, one of which cannot fit), runs kscheduler in the foreground with its
+log visible, then prints where each pod went or why it is pending.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -47,19 +50,110 @@ def demo_nodes() -> list[dict[str, Any]]:
     ]
 
 
+STORAGE_CLASS = "local-wffc"
+WEB_REPLICAS = 4
+DB_REPLICAS = 2
+
+
+def demo_storage() -> list[tuple[str, dict[str, Any]]]:
+    """A WaitForFirstConsumer class and one pre-created local volume on each of three
+    nodes: the StatefulSet's claims are bound to the volume on the node its pod lands on."""
+    objects: list[tuple[str, dict[str, Any]]] = [
+        (
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": STORAGE_CLASS},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        )
+    ]
+    for node in ("node-a1", "node-b1", "node-a2"):
+        objects.append(
+            (
+                "/api/v1/persistentvolumes",
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"local-{node}"},
+                    "spec": {
+                        "capacity": {"storage": "10Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": STORAGE_CLASS,
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "local": {"path": "/mnt/disks/ssd1"},
+                        "nodeAffinity": {
+                            "required": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "kubernetes.io/hostname",
+                                                "operator": "In",
+                                                "values": [node],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
+                    },
+                },
+            )
+        )
+    return objects
+
+
+def _template(labels: dict[str, str], cpu: str, memory: str) -> dict[str, Any]:
+    pod = make_pod("x", NAMESPACE, cpu=cpu, memory=memory, scheduler_name=SCHEDULER)
+    return {"metadata": {"labels": labels}, "spec": pod["spec"]}
+
+
+def demo_workloads() -> list[tuple[str, dict[str, Any]]]:
+    """A Deployment and a StatefulSet with a volumeClaimTemplate, both naming kscheduler."""
+    web = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": NAMESPACE},
+        "spec": {
+            "replicas": WEB_REPLICAS,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": _template({"app": "web"}, "500m", "512Mi"),
+        },
+    }
+    db_template = _template({"app": "db"}, "1", "1Gi")
+    db_template["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    db = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": NAMESPACE},
+        "spec": {
+            "replicas": DB_REPLICAS,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": db_template,
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": STORAGE_CLASS,
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            ],
+        },
+    }
+    return [
+        (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", web),
+        (f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", db),
+    ]
+
+
 def demo_pods() -> list[dict[str, Any]]:
     pods = [
-        make_pod(
-            f"web-{i}",
-            NAMESPACE,
-            cpu="500m",
-            memory="512Mi",
-            scheduler_name=SCHEDULER,
-            labels={"app": "web"},
-        )
-        for i in range(1, 5)
-    ]
-    pods += [
         make_pod("batch-1", NAMESPACE, cpu="2", memory="2Gi", scheduler_name=SCHEDULER),
         make_pod(
             "gpu-job",
@@ -91,21 +185,57 @@ def _condition_message(pod: dict[str, Any]) -> str:
     return ""
 
 
-def placement_table(pods: list[dict[str, Any]]) -> str:
-    rows = [("POD", "SCHEDULER", "NODE", "WHY")]
+def placement_table(pods: Sequence[dict[str, Any]], claims: Sequence[dict[str, Any]] = ()) -> str:
+    """POD, SCHEDULER, NODE, PHASE, and for a pending pod why, for a pod with claims
+    the volumes the PV controller bound them to."""
+    volumes = {
+        c["metadata"]["name"]: (c.get("spec") or {}).get("volumeName") or "<unbound>"
+        for c in claims
+    }
+    rows = [("POD", "SCHEDULER", "NODE", "PHASE", "WHY / VOLUMES")]
     for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
         spec = p.get("spec") or {}
         node = spec.get("nodeName") or "<pending>"
+        bound = [
+            f"{v['persistentVolumeClaim']['claimName']} -> "
+            f"{volumes.get(v['persistentVolumeClaim']['claimName'], '<missing>')}"
+            for v in spec.get("volumes") or []
+            if v.get("persistentVolumeClaim")
+        ]
         why = (
-            ""
+            ", ".join(bound)
             if spec.get("nodeName")
             else (_condition_message(p) or "not ours: left to its own scheduler")
         )
-        rows.append((p["metadata"]["name"], spec.get("schedulerName", ""), node, why))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        phase = (p.get("status") or {}).get("phase", "")
+        rows.append((p["metadata"]["name"], spec.get("schedulerName", ""), node, phase, why))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join(
-        f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows
+        "  ".join(f"{r[i]:<{widths[i]}}" for i in range(4)) + f"  {r[4]}" for r in rows
     )
+
+
+def _settled(pods: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> bool:
+    """Every workload rolled out, every single pod placed (or, for the ones meant to
+    stay pending, with its reason written)."""
+    web, db = workloads.get("web") or {}, workloads.get("db") or {}
+    if (web.get("status") or {}).get("availableReplicas") != WEB_REPLICAS:
+        return False
+    if (db.get("status") or {}).get("readyReplicas") != DB_REPLICAS:
+        return False
+    singles = {p["metadata"]["name"] for p in demo_pods()}
+    expected_pending = {"too-big", "not-ours"}
+    for p in pods:
+        name = p["metadata"]["name"]
+        if name not in singles:
+            continue
+        if (p.get("spec") or {}).get("nodeName"):
+            continue
+        if name not in expected_pending:
+            return False
+        if name == "too-big" and not _condition_message(p):
+            return False
+    return len([p for p in pods if p["metadata"]["name"] in singles]) == len(singles)
 
 
 async def _run(args: argparse.Namespace, kubeconfig: str, rest: Any) -> int:
@@ -118,6 +248,8 @@ async def _run(args: argparse.Namespace, kubeconfig: str, rest: Any) -> int:
     await create_namespace(rest, NAMESPACE)
     await create_nodes(rest, demo_nodes())
     log.info("created demo nodes", count=len(demo_nodes()))
+    for path, obj in demo_storage():
+        await _create(rest, path, obj)
     registry = full_registry()
     cfg = load_config("", registry=registry)
     kube = await KubeClient.from_kubeconfig(kubeconfig, qps=50, burst=100)
@@ -129,30 +261,43 @@ async def _run(args: argparse.Namespace, kubeconfig: str, rest: Any) -> int:
     runner = asyncio.create_task(app.run(stop), name="kscheduler")
     try:
         await app.synced.wait()
+        for path, obj in demo_workloads():
+            await _create(rest, path, obj)
+        log.info("created demo workloads", deployment="web", statefulset="db")
         await create_pods(rest, demo_pods())
         log.info("created demo pods", count=len(demo_pods()))
-        expected_pending = {"too-big", "not-ours"}
         deadline = time.monotonic() + args.timeout
         pods: list[dict[str, Any]] = []
+        claims: list[dict[str, Any]] = []
         while time.monotonic() < deadline and not stop.is_set():
             pods = (await rest.get(f"/api/v1/namespaces/{NAMESPACE}/pods"))["items"]
-            done = all(
-                (p.get("spec") or {}).get("nodeName")
-                or (
-                    p["metadata"]["name"] in expected_pending
-                    and (_condition_message(p) or p["metadata"]["name"] == "not-ours")
-                )
-                for p in pods
-            )
-            if done and pods:
+            claims = (await rest.get(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims"))[
+                "items"
+            ]
+            workloads = {
+                w["metadata"]["name"]: w
+                for kind in ("deployments", "statefulsets")
+                for w in (await rest.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/{kind}"))["items"]
+            }
+            if _settled(pods, workloads):
                 break
             await asyncio.sleep(0.3)
-        print("\n" + placement_table(pods) + "\n", flush=True)
+        else:
+            log.warning("not every workload settled in time", timeout=args.timeout)
+        print("\n" + placement_table(pods, claims) + "\n", flush=True)
     finally:
         stop.set()
         await runner
         await kube.close()
     return 0
+
+
+async def _create(rest: Any, path: str, obj: dict[str, Any]) -> None:
+    try:
+        await rest.post(path, obj)
+    except Exception as exc:  # the two REST clients raise different types
+        if getattr(exc, "status", None) != 409:
+            raise
 
 
 class _KubeRest:
@@ -181,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kscheduler demo", description=__doc__)
     p.add_argument("--kubeconfig", help="use this cluster instead of starting one")
     p.add_argument("--keep", action="store_true", help="leave the control plane up for kubectl")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for placements")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for placements")
     args = p.parse_args(argv)
 
     from kscheduler.logs import configure
@@ -201,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from kscheduler.controlplane.harness import ControlPlane
 
-    print("starting a local control plane (etcd + kube-apiserver) ...", flush=True)
+    print(
+        "starting a local cluster (etcd, kube-apiserver, kube-controller-manager, kwok) ...",
+        flush=True,
+    )
     cp = ControlPlane(keep_workdir=args.keep)
     cp.start()
     try:

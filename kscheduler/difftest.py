@@ -72,7 +72,7 @@ from typing import Any, Final, Literal
 
 import yaml
 
-from kscheduler.controlplane.builders import make_node, make_pod
+from kscheduler.controlplane.builders import make_node, make_pod, wait_for_service_account
 from kscheduler.controlplane.harness import ControlPlane
 from kscheduler.controlplane.reference import ReferenceScheduler
 from kscheduler.controlplane.rest import JSON, ApiError, RestClient
@@ -917,31 +917,20 @@ class DiffRunner:
         name = ns["metadata"]["name"]
         try:
             await self.api.post("/api/v1/namespaces", ns)
-            return
         except ApiError as exc:
             if exc.status != 409:
                 raise
-        current: JSON = await self.api.get(f"/api/v1/namespaces/{name}")
-        current["metadata"]["labels"] = {
-            "kubernetes.io/metadata.name": name,
-            **ns["metadata"]["labels"],
-        }
-        await self.api.put(f"/api/v1/namespaces/{name}", current)
+            current: JSON = await self.api.get(f"/api/v1/namespaces/{name}")
+            current["metadata"]["labels"] = {
+                "kubernetes.io/metadata.name": name,
+                **ns["metadata"]["labels"],
+            }
+            await self.api.put(f"/api/v1/namespaces/{name}", current)
+        await wait_for_service_account(self.api, name)
 
     async def _delete_namespace(self, name: str) -> None:
-        """Delete the namespace; no namespace controller runs here, so finalize it by hand."""
-        path = f"/api/v1/namespaces/{name}"
-        try:
-            ns: JSON = await self.api.delete(path)
-        except ApiError as exc:
-            if exc.status == 404:
-                return
-            raise
-        if ns.get("spec", {}).get("finalizers"):
-            ns["spec"]["finalizers"] = []
-            with contextlib.suppress(ApiError):
-                await self.api.put(f"{path}/finalize", ns)
-        await self.api.wait_deleted(path, within=30)
+        """Delete the namespace and wait for the namespace controller to finish it."""
+        await _delete_ignoring_missing(self.api, f"/api/v1/namespaces/{name}", within=60)
 
     async def _ensure_priority_class(self, pc: JSON) -> None:
         path = "/apis/scheduling.k8s.io/v1/priorityclasses"
@@ -977,7 +966,7 @@ class DiffRunner:
                     raise
                 # left over from an interrupted run: replace it
                 item = f"{path}/{obj['metadata']['name']}"
-                await _delete_stripping_finalizers(self.api, item)
+                await _delete_ignoring_missing(self.api, item)
                 await self.api.post(path, body)
             created.append(obj)
             if obj.get("status"):
@@ -1002,7 +991,7 @@ class DiffRunner:
             await asyncio.sleep(_POLL_SECONDS)
         for obj in reversed(objects):
             path = await self._object_path(obj)
-            await _delete_stripping_finalizers(self.api, f"{path}/{obj['metadata']['name']}")
+            await _delete_ignoring_missing(self.api, f"{path}/{obj['metadata']['name']}")
         await self.api.delete("/api/v1/nodes")
         while await self.api.list("/api/v1/nodes"):
             if loop.time() > deadline:
@@ -1034,34 +1023,16 @@ def _pods_path(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods"
 
 
-async def _delete_ignoring_missing(api: RestClient, path: str) -> None:
+async def _delete_ignoring_missing(api: RestClient, path: str, *, within: float = 30) -> None:
+    """Delete and wait until it is gone (finalizers such as pvc-protection are removed
+    by their controllers once nothing uses the object)."""
     try:
         await api.delete(path)
     except ApiError as exc:
         if exc.status != 404:
             raise
         return
-    await api.wait_deleted(path, within=30)
-
-
-async def _delete_stripping_finalizers(api: RestClient, path: str) -> None:
-    """Delete; finalizers (pvc-protection, pv-protection ...) have no controller here."""
-    try:
-        await api.delete(path)
-    except ApiError as exc:
-        if exc.status == 404:
-            return
-        raise
-    try:
-        current: JSON = await api.get(path)
-    except ApiError as exc:
-        if exc.status == 404:
-            return
-        raise
-    if current.get("metadata", {}).get("finalizers"):
-        with contextlib.suppress(ApiError):
-            await api.patch(path, {"metadata": {"finalizers": None}}, patch_type="merge")
-    await api.wait_deleted(path, within=30)
+    await api.wait_deleted(path, within=within)
 
 
 def _observe(scenario: Scenario, items: Sequence[JSON]) -> dict[str, PodOutcome]:

@@ -301,15 +301,49 @@ async def create_pods(
     return await run_bounded(pods, create, concurrency=concurrency)
 
 
-async def create_namespace(api: ApiClientLike, name: str, *, exist_ok: bool = True) -> JSON:
+async def create_namespace(
+    api: ApiClientLike,
+    name: str,
+    *,
+    exist_ok: bool = True,
+    labels: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> JSON:
+    """Create the namespace and wait for its ``default`` ServiceAccount.
+
+    The ServiceAccount admission plugin refuses pods that name no account until
+    the controller-manager has created ``default`` in the namespace.
+    """
     try:
-        created: JSON = await api.post("/api/v1/namespaces", make_namespace(name))
-        return created
+        ns: JSON = await api.post("/api/v1/namespaces", make_namespace(name, labels))
     except ApiError as exc:
-        if exc.status == 409 and exist_ok:
-            existing: JSON = await api.get(f"/api/v1/namespaces/{name}")
-            return existing
-        raise
+        if exc.status != 409 or not exist_ok:
+            raise
+        ns = await api.get(f"/api/v1/namespaces/{name}")
+    await wait_for_service_account(api, name, timeout=timeout)
+    return ns
+
+
+async def wait_for_service_account(
+    api: ApiClientLike, namespace: str, name: str = "default", *, timeout: float = 30.0
+) -> None:
+    """Wait until the ServiceAccount exists (the controller-manager creates ``default``)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            await api.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+            return
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"ServiceAccount {namespace}/{name} did not appear in {timeout:.0f}s: "
+                "is kube-controller-manager running?"
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 async def delete_all_pods(api: ApiClientLike, namespace: str | None = None) -> None:
@@ -327,17 +361,11 @@ async def delete_all_nodes(api: ApiClientLike) -> None:
 
 
 async def delete_namespace(api: ApiClientLike, name: str) -> None:
-    """Delete pods in the namespace, then the namespace itself.
-
-    There is no namespace controller here, so the namespace finalizer is
-    cleared by hand; other objects left in it stay in etcd.
-    """
+    """Delete the pods in the namespace at once (grace 0), then the namespace; the
+    namespace controller removes what is left in it and finalizes it."""
     await delete_all_pods(api, name)
     try:
-        ns: JSON = await api.delete(f"/api/v1/namespaces/{name}")
-        if ns.get("spec", {}).get("finalizers"):
-            ns = {**ns, "spec": {**ns["spec"], "finalizers": []}}
-            await api.put(f"/api/v1/namespaces/{name}/finalize", ns)
+        await api.delete(f"/api/v1/namespaces/{name}")
     except ApiError as exc:
         if exc.status != 404:
             raise

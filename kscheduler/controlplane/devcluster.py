@@ -1,10 +1,13 @@
-"""A throwaway local control plane (kube-apiserver + etcd) for trying kscheduler.
+"""A throwaway local cluster for trying kscheduler: etcd, kube-apiserver,
+kube-controller-manager and kwok (which plays every node's kubelet).
 
     python -m kscheduler.controlplane.devcluster [--nodes 3]
     kscheduler dev-cluster [--nodes 3]
 
-Prints the kubeconfig paths, runs until Ctrl-C or SIGTERM, then removes everything.
-There is no kubelet and no controller-manager: nodes are fake objects and pods never run.
+Prints what runs and how to use it, runs until Ctrl-C or SIGTERM, then removes
+everything. Workloads behave as in a cluster (Deployments roll out, claims bind,
+namespaces finish deleting), but no container ever runs: kwok reports bound pods
+Running without starting anything.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from types import FrameType
 
 from kscheduler.controlplane.binaries import BinariesNotFoundError
 from kscheduler.controlplane.builders import create_nodes, make_node
-from kscheduler.controlplane.harness import ControlPlane, ControlPlaneError
+from kscheduler.controlplane.harness import CONTROLLERS, ControlPlane, ControlPlaneError
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(
         prog="kscheduler dev-cluster",
-        description="Run a local kube-apiserver + etcd until interrupted.",
+        description="Run a local cluster (etcd, kube-apiserver, kube-controller-manager, "
+        "kwok) until interrupted.",
     )
     parser.add_argument(
         "--nodes", type=int, default=3, help="fake Ready nodes to create (default 3)"
@@ -46,21 +50,33 @@ async def _create_nodes(cp: ControlPlane, count: int, cpu: str, memory: str) -> 
         await create_nodes(rest, [make_node(f"node-{i}", cpu, memory) for i in range(count)])
 
 
+_USE_KSCHEDULER = '{"spec":{"template":{"spec":{"schedulerName":"kscheduler"}}}}'
+
+
 def _print_instructions(cp: ControlPlane, nodes: int) -> None:
     admin = shlex.quote(str(cp.admin_kubeconfig))
     scheduler = shlex.quote(str(cp.scheduler_kubeconfig))
     print(
         f"""
-kube-apiserver {cp.url} is ready (started in {cp.startup_seconds or 0:.1f}s), {nodes} fake nodes.
+cluster ready in {cp.startup_seconds or 0:.1f}s: kube-apiserver {cp.url}, {nodes} nodes.
+
+  runs:      etcd ({cp.etcd_endpoint}), kube-apiserver, kube-controller-manager
+             (controllers {CONTROLLERS}), kwok (every node's kubelet:
+             Ready nodes with Lease heartbeats, bound pods Running with a pod IP)
+  does not:  no container runtime, so no container ever runs; no kube-scheduler
+             (pods that name no scheduler stay Pending: give them
+             schedulerName: kscheduler), no kube-proxy, no DNS
 
   admin kubeconfig:      {cp.admin_kubeconfig}
   scheduler kubeconfig:  {cp.scheduler_kubeconfig}   (user system:kube-scheduler)
-  etcd:                  {cp.etcd_endpoint}
-  logs:                  {cp.workdir}/kube-apiserver.log, {cp.workdir}/etcd.log
+  logs:                  {cp.workdir}/*.log
 
   export KUBECONFIG={admin}
   kubectl --kubeconfig {admin} get nodes
   kscheduler --kubeconfig {scheduler}
+  kubectl create deployment web --image=nginx --replicas=3
+  kubectl patch deployment web -p {shlex.quote(_USE_KSCHEDULER)}
+  kubectl rollout status deployment/web
 
 Press Ctrl-C to stop and remove everything.""",
         flush=True,
@@ -79,7 +95,7 @@ def run(
     cp: ControlPlane | None = None
     try:
         cp = ControlPlane(keep_workdir=keep_workdir)
-        print("starting etcd and kube-apiserver ...", flush=True)
+        print("starting etcd, kube-apiserver, kube-controller-manager and kwok ...", flush=True)
         cp.start()
         if nodes > 0:
             asyncio.run(_create_nodes(cp, nodes, node_cpu, node_memory))

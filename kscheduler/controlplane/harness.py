@@ -1,4 +1,11 @@
-"""A real kube-apiserver + etcd on loopback, for tests, benchmarks and local runs.
+"""A whole cluster minus containers on loopback, for tests, benchmarks and local runs.
+
+etcd, kube-apiserver, kube-controller-manager (Deployments, StatefulSets, Jobs,
+DaemonSets, the PV binder, the disruption controller, the resourceclaim
+controller, namespaces, garbage collection, ServiceAccounts ...) and kwok, which
+plays the kubelet of every node: it keeps nodes Ready with Lease heartbeats,
+moves bound pods to Running with a pod IP and removes deleted pods. No container
+ever runs.
 
 The processes are external, so the API is synchronous (``start()``/``stop()``,
 ``with ControlPlane() as cp``) and usable from a plain pytest session fixture.
@@ -47,6 +54,35 @@ SCHEDULER_USER = "system:kube-scheduler"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 LOOPBACK = "127.0.0.1"
+POD_CIDR = "10.244.0.0/16"
+# Controllers a real cluster runs; no IPAM (kwok hands out pod IPs) and no
+# attach/detach (no volume is ever attached).
+CONTROLLERS = "*,-nodeipam,-attachdetach"
+# Annotation on a pod: milliseconds kwok waits, once the pod is being deleted,
+# before it removes it (0 when absent), the window a kubelet's graceful stop gives.
+POD_DELETE_DELAY_ANNOTATION = "pod-delete.stage.kwok.x-k8s.io/delay"
+# kwok's pod deletion: right away, or after the pod's delay annotation.
+_KWOK_POD_DELETE_STAGE = f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: Exists
+    - key: .metadata.finalizers
+      operator: DoesNotExist
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["{POD_DELETE_DELAY_ANNOTATION}"]'
+  next:
+    delete: true
+"""
 KEEP_ENV = "KSCHEDULER_KEEP_CONTROLPLANE"
 
 
@@ -218,6 +254,22 @@ class ManagedProcess:
         return "\n".join(data.splitlines()[-lines:])
 
 
+def _start_reaper(workdir: Path) -> subprocess.Popen[bytes]:
+    """A watcher, in its own session, that removes workdir once this process is gone,
+    however it ends (SIGKILL included): it blocks reading a pipe whose only writer is
+    this process, and the kernel closes that pipe when the process dies. The children
+    die then too (PR_SET_PDEATHSIG); the watcher waits a moment for them to let go."""
+    script = 'read _ignored; sleep 1; rm -rf -- "$0"; sleep 2; rm -rf -- "$0"'
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script, str(workdir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
 def free_ports(count: int) -> list[int]:
     """Distinct free TCP ports on loopback (held open together so they differ)."""
     socks: list[socket.socket] = []
@@ -294,7 +346,11 @@ def _unverified_ssl() -> ssl.SSLContext:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver on free loopback ports, state in a temporary directory.
+    """etcd + kube-apiserver + kube-controller-manager + kwok on free loopback ports,
+    state in a temporary directory.
+
+    ``controllers=False`` starts etcd and kube-apiserver alone (a bare apiserver
+    for tests of the apiserver itself).
 
     After ``start()``: ``url``, ``ca_file``, ``admin_token``, ``scheduler_token``,
     ``admin_kubeconfig``, ``scheduler_kubeconfig``, ``etcd_endpoint``, ``workdir``,
@@ -311,6 +367,7 @@ class ControlPlane:
         workdir_parent: str | os.PathLike[str] | None = None,
         keep_workdir: bool | None = None,
         start_timeout: float = 90.0,
+        controllers: bool = True,
     ) -> None:
         """users: extra token identities, user name -> groups (tokens in ``self.tokens``).
 
@@ -325,6 +382,7 @@ class ControlPlane:
             keep_workdir = os.environ.get(KEEP_ENV, "") not in ("", "0")
         self.keep_workdir = keep_workdir
         self.start_timeout = start_timeout
+        self.controllers = controllers
         self.admin_token = secrets.token_hex(16)
         self.scheduler_token = secrets.token_hex(16)
         self.tokens: dict[str, str] = {
@@ -340,9 +398,13 @@ class ControlPlane:
         self._workdir: Path | None = None
         self._etcd: ManagedProcess | None = None
         self._apiserver: ManagedProcess | None = None
+        self._controller_manager: ManagedProcess | None = None
+        self._kwok: ManagedProcess | None = None
+        self._kwok_port = 0
         self._secure_port = 0
         self._etcd_client_port = 0
         self._workdir_cleanup_key: int | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     # ----------------------------------------------------------------- attributes
 
@@ -389,6 +451,24 @@ class ControlPlane:
         return proc
 
     @property
+    def controller_manager_process(self) -> ManagedProcess:
+        proc: ManagedProcess = self._need(self._controller_manager, "kube-controller-manager")
+        return proc
+
+    @property
+    def kwok_process(self) -> ManagedProcess:
+        proc: ManagedProcess = self._need(self._kwok, "kwok")
+        return proc
+
+    def processes(self) -> list[ManagedProcess]:
+        """The processes of this cluster, in start order."""
+        return [
+            p
+            for p in (self._etcd, self._apiserver, self._controller_manager, self._kwok)
+            if p is not None
+        ]
+
+    @property
     def etcd_process(self) -> ManagedProcess:
         proc: ManagedProcess = self._need(self._etcd, "etcd")
         return proc
@@ -419,6 +499,8 @@ class ControlPlane:
                 self.apiserver_process.start()
                 self._wait_apiserver()
                 self._write_kubeconfigs()
+                self._start_controllers()
+                self._wait_controllers()
                 break
             except BaseException as exc:
                 self.stop()
@@ -439,6 +521,8 @@ class ControlPlane:
                 self.apiserver_process.start()
                 await asyncio.to_thread(self._wait_apiserver)
                 self._write_kubeconfigs()
+                self._start_controllers()
+                await asyncio.to_thread(self._wait_controllers)
                 break
             except BaseException as exc:
                 self.stop()
@@ -448,7 +532,11 @@ class ControlPlane:
         return self
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd; remove the work directory. Idempotent."""
+        """Stop kwok, kube-controller-manager, kube-apiserver, then etcd; remove the
+        work directory. Idempotent."""
+        for proc in (self._kwok, self._controller_manager):
+            if proc is not None:
+                proc.stop(timeout=5.0)
         if self._apiserver is not None:
             self._apiserver.stop(timeout=5.0)
         if self._etcd is not None:
@@ -481,7 +569,7 @@ class ControlPlane:
         await self.astop()
 
     def _check_not_running(self) -> None:
-        if any(p is not None and p.alive() for p in (self._etcd, self._apiserver)):
+        if any(p.alive() for p in self.processes()):
             raise ControlPlaneError("this control plane is already running; stop() it first")
 
     def is_prepared(self) -> bool:
@@ -489,12 +577,8 @@ class ControlPlane:
         return self._workdir is not None
 
     def is_running(self) -> bool:
-        return (
-            self._etcd is not None
-            and self._etcd.alive()
-            and self._apiserver is not None
-            and self._apiserver.alive()
-        )
+        procs = self.processes()
+        return len(procs) == (4 if self.controllers else 2) and all(p.alive() for p in procs)
 
     # ----------------------------------------------------------------- fault injection
 
@@ -535,6 +619,8 @@ class ControlPlane:
         self._workdir = Path(tempfile.mkdtemp(prefix="kscheduler-cp-", dir=parent))
         workdir = self._workdir
         self._workdir_cleanup_key = _register_cleanup(self._remove_workdir)
+        if not self.keep_workdir:
+            self._reaper = _start_reaper(workdir)
         (workdir / "certs").mkdir()
         sa_key = workdir / "sa.key"
         _generate_rsa_key(sa_key)
@@ -548,8 +634,9 @@ class ControlPlane:
         token_file.write_text("\n".join(lines) + "\n")
         token_file.chmod(0o600)
 
-        client_port, peer_port, secure_port = free_ports(3)
+        client_port, peer_port, secure_port, kwok_port = free_ports(4)
         self._etcd_client_port, self._secure_port = client_port, secure_port
+        self._kwok_port = kwok_port
         client_url = f"http://{LOOPBACK}:{client_port}"
         peer_url = f"http://{LOOPBACK}:{peer_port}"
         etcd_argv = [
@@ -581,7 +668,9 @@ class ControlPlane:
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={sa_key}",
             f"--service-account-signing-key-file={sa_key}",
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # kwok makes a node Ready within milliseconds; without this plugin a new
+            # node is not tainted not-ready until then (nodes come Ready here).
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--allow-privileged=true",
             # Close open watches when stopping; otherwise a connected client
             # (a scheduler's informers) holds shutdown open for a minute.
@@ -594,10 +683,104 @@ class ControlPlane:
         self._apiserver = ManagedProcess(
             "kube-apiserver", apiserver_argv, workdir / "kube-apiserver.log", cwd=workdir
         )
+        if self.controllers:
+            self._prepare_controllers(sa_key)
+
+    def _prepare_controllers(self, sa_key: Path) -> None:
+        workdir = self.workdir
+        kubeconfig = str(self.admin_kubeconfig)
+        controller_manager_argv = [
+            str(self.binaries.kube_controller_manager),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--authentication-skip-lookup=true",
+            f"--service-account-private-key-file={sa_key}",
+            f"--root-ca-file={self.ca_file}",
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            "--secure-port=0",
+            f"--controllers={CONTROLLERS}",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            # the client limits of a cluster's controller-manager are tuned for
+            # thousands of nodes; the defaults (20/30) throttle bulk test set-ups
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--v=1",
+        ]
+        stages = sorted(
+            p for p in self.binaries.kwok_stages.glob("*.yaml") if p.name != "pod-delete.yaml"
+        )
+        pod_delete = workdir / "kwok-pod-delete.yaml"
+        pod_delete.write_text(_KWOK_POD_DELETE_STAGE)
+        kwok_argv = [
+            str(self.binaries.kwok),
+            f"--kubeconfig={kubeconfig}",
+            "--manage-all-nodes=true",
+            f"--cidr={POD_CIDR}",
+            f"--node-ip={LOOPBACK}",
+            f"--server-address={LOOPBACK}:{self._kwok_port}",
+            *(f"--config={p}" for p in [*stages, pod_delete]),
+        ]
+        self._controller_manager = ManagedProcess(
+            "kube-controller-manager",
+            controller_manager_argv,
+            workdir / "kube-controller-manager.log",
+            cwd=workdir,
+        )
+        # kwok reads $HOME/.kwok for defaults: keep it inside the work directory
+        env = {**os.environ, "HOME": str(workdir)}
+        self._kwok = ManagedProcess("kwok", kwok_argv, workdir / "kwok.log", env=env, cwd=workdir)
+
+    def _start_controllers(self) -> None:
+        for proc in (self._controller_manager, self._kwok):
+            if proc is not None:
+                proc.start()
+
+    def _wait_controllers(self, timeout: float | None = None) -> None:
+        """Wait for kwok's /healthz and for the controller-manager's first work: the
+        ServiceAccount controller creating ``default`` in the default namespace (the
+        ServiceAccount admission plugin refuses pods until it exists)."""
+        if self._kwok is not None:
+            url = f"http://{LOOPBACK}:{self._kwok_port}/healthz"
+
+            def kwok_healthy() -> bool:
+                try:
+                    with urllib.request.urlopen(url, timeout=1.0) as resp:
+                        return bool(resp.status == 200)
+                except (OSError, urllib.error.URLError):
+                    return False
+
+            self._poll(self._kwok, kwok_healthy, "kwok /healthz", timeout)
+        if self._controller_manager is not None:
+            request = urllib.request.Request(
+                f"{self.url}/api/v1/namespaces/default/serviceaccounts/default",
+                headers={"Authorization": f"Bearer {self.admin_token}"},
+            )
+            ctx = _unverified_ssl()
+
+            def default_service_account() -> bool:
+                try:
+                    with urllib.request.urlopen(request, timeout=2.0, context=ctx) as resp:
+                        return bool(resp.status == 200)
+                except (OSError, urllib.error.URLError):
+                    return False
+
+            self._poll(
+                self._controller_manager,
+                default_service_account,
+                "the default ServiceAccount (controllers running)",
+                timeout,
+            )
 
     def _remove_workdir(self) -> None:
         _unregister_cleanup(self._workdir_cleanup_key)
         self._workdir_cleanup_key = None
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and reaper.stdin is not None:
+            reaper.stdin.close()  # it removes the directory too (already gone below)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                reaper.wait(0)
         if self._workdir is not None and not self.keep_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -658,7 +841,6 @@ class ControlPlane:
     def log_tails(self, lines: int = 40) -> str:
         """The last lines of each process's log (for error messages)."""
         parts = []
-        for proc in (self._etcd, self._apiserver):
-            if proc is not None:
-                parts.append(f"---- last lines of {proc.log_path} ----\n{proc.log_tail(lines)}")
+        for proc in self.processes():
+            parts.append(f"---- last lines of {proc.log_path} ----\n{proc.log_tail(lines)}")
         return "\n".join(parts)

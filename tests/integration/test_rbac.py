@@ -157,7 +157,7 @@ def test_kustomizations_list_every_manifest() -> None:
     on_disk = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
     assert set(base["resources"]) == on_disk
     prom = yaml.safe_load((DEPLOY / "prometheus" / "kustomization.yaml").read_text())
-    assert prom["resources"] == ["servicemonitor.yaml"]
+    assert prom["resources"] == ["rbac.yaml", "servicemonitor.yaml"]
     # kustomize's image override matches the Deployment's image by name
     image_name = container()["image"].split(":")[0]
     assert [i["name"] for i in base["images"]] == [image_name]
@@ -171,13 +171,14 @@ def test_manifests_agree_with_each_other_and_with_kscheduler() -> None:
     sa = one("ServiceAccount")
     cm = one("ConfigMap")
 
-    # every namespaced object sits in kube-system; bindings name our ServiceAccount
+    # every namespaced object sits in kube-system; bindings name our ServiceAccount (but
+    # Prometheus's, which names its)
     for m in manifests():
         if m.file.startswith("examples/") or m.kind.startswith("Cluster"):
             continue
         assert m.obj["metadata"].get("namespace") == DEPLOY_NAMESPACE, str(m)
     for m in manifests():
-        if m.kind in ("RoleBinding", "ClusterRoleBinding"):
+        if m.kind in ("RoleBinding", "ClusterRoleBinding") and m.file != "prometheus/rbac.yaml":
             assert m.obj["subjects"] == [
                 {
                     "kind": "ServiceAccount",
@@ -209,9 +210,11 @@ def test_manifests_agree_with_each_other_and_with_kscheduler() -> None:
     assert lease_rule["resourceNames"] == [le.resource_name]
     assert set(lease_rule["verbs"]) == {"get", "update"}
 
-    # probes and metrics on the port kscheduler serves (--port, default 10259)
+    # probes and metrics on the port kscheduler serves (--secure-port, default 10259, HTTPS);
+    # no plain-HTTP port
     (port,) = c["ports"]
-    expected_port = int(arg_value(c["args"], "--port") or 10259)
+    assert arg_value(c["args"], "--insecure-port") in (None, "0")
+    expected_port = int(arg_value(c["args"], "--secure-port") or 10259)
     assert port["containerPort"] == expected_port
     for probe, path in (
         ("startupProbe", "/livez"),
@@ -220,7 +223,7 @@ def test_manifests_agree_with_each_other_and_with_kscheduler() -> None:
     ):
         assert c[probe]["httpGet"]["path"] == path
         assert c[probe]["httpGet"]["port"] == port["name"]
-        assert c[probe]["httpGet"].get("scheme", "HTTP") == "HTTP"
+        assert c[probe]["httpGet"].get("scheme") == "HTTPS"
 
     # hardening: the image's uid, nothing writable but the emptyDir
     assert pod_spec["securityContext"]["runAsNonRoot"] is True
@@ -241,6 +244,17 @@ def test_manifests_agree_with_each_other_and_with_kscheduler() -> None:
     assert selects(sm["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"])
     assert svc["metadata"]["namespace"] in sm["spec"]["namespaceSelector"]["matchNames"]
     assert [e["port"] for e in sm["spec"]["endpoints"]] == [svc_port["name"]]
+    # ... over HTTPS with Prometheus's token, which the binding beside it allows /metrics
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"]
+    readers = {m.name: m.obj["rules"] for m in manifests() if m.file == "metrics-reader.yaml"}
+    assert readers == {
+        "kscheduler:metrics-reader": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        "kscheduler:debug-reader": [{"nonResourceURLs": ["/debug/*"], "verbs": ["get"]}],
+    }
+    prom_binding = one("ClusterRoleBinding", file="prometheus/rbac.yaml")
+    assert prom_binding["roleRef"]["name"] == "kscheduler:metrics-reader"
+    assert [s["kind"] for s in prom_binding["subjects"]] == ["ServiceAccount"]
     assert selects(one("PodDisruptionBudget")["spec"]["selector"]["matchLabels"], pod_labels)
     assert selects(deployment["spec"]["selector"]["matchLabels"], pod_labels)
 
@@ -474,6 +488,9 @@ async def test_identity_is_allowed_everything_kscheduler_does(
             "name": "extension-apiserver-authentication",
             "namespace": "kube-system",
         },
+        # delegated authentication and authorization of the secure port
+        {"verb": "create", "group": "authentication.k8s.io", "resource": "tokenreviews"},
+        {"verb": "create", "group": "authorization.k8s.io", "resource": "subjectaccessreviews"},
     ]
     async with control_plane.client(identity.token) as client:
         denied = [w for w in wanted if not await self_allowed(client, w)]
@@ -603,7 +620,7 @@ async def start_replica(args: list[str], port: int, log_path: Path, log: TextIO)
         "-m",
         "kscheduler",
         *args,
-        f"--port={port}",
+        f"--secure-port={port}",
         "--bind-address=127.0.0.1",
         stdin=asyncio.subprocess.DEVNULL,
         stdout=log,
@@ -620,10 +637,119 @@ async def http_get(session: aiohttp.ClientSession, r: Replica, path: str) -> tup
             f"kscheduler (pid {r.proc.pid}) exited with {r.proc.returncode}:\n{r.log_tail()}"
         )
     try:
-        async with session.get(f"http://127.0.0.1:{r.port}{path}") as resp:
+        async with session.get(f"https://127.0.0.1:{r.port}{path}", ssl=False) as resp:
             return resp.status, await resp.text()
     except aiohttp.ClientError:
         return 0, ""
+
+
+async def exercise_other_writes(
+    rest: RestClient, ns: str, scheduler_name: str, cluster_objects: list[str]
+) -> None:
+    """Pods that make kscheduler write what it writes besides bindings, events and the
+    Lease; cluster-scoped objects made here are appended to cluster_objects."""
+    sc_name, pv_name = f"wffc-{ns}", f"local-{ns}"
+    low, high = f"low-{ns}", f"high-{ns}"
+    for path, body in (
+        (
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "metadata": {"name": sc_name},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        ),
+        (
+            "/api/v1/persistentvolumes",
+            {
+                "metadata": {"name": pv_name},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": sc_name,
+                    "local": {"path": "/mnt/data"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": ["rbac-2"],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            },
+        ),
+        ("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": low}, "value": 10}),
+        ("/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": high}, "value": 1000}),
+    ):
+        await rest.post(path, body)
+        cluster_objects.append(f"{path}/{body['metadata']['name']}")
+    await rest.post(
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": sc_name,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    claimed = make_pod("claimed", ns, cpu="100m", scheduler_name=scheduler_name)
+    claimed["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    # each node has 4 CPUs; the fillers leave less than 3 free on either
+    fillers = [
+        make_pod(f"filler-{i}", ns, cpu="3", scheduler_name=scheduler_name, priority_class_name=low)
+        for i in range(2)
+    ]
+    await create_pods(
+        rest, [claimed, *fillers, make_pod("too-big", ns, cpu="64", scheduler_name=scheduler_name)]
+    )
+
+    async def settled() -> bool:
+        pods = {p["metadata"]["name"]: p for p in await rest.list(f"/api/v1/namespaces/{ns}/pods")}
+        placed = all(pods[n]["spec"].get("nodeName") for n in ("claimed", "filler-0", "filler-1"))
+        reported = any(
+            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+            for c in (pods["too-big"].get("status") or {}).get("conditions") or []
+        )
+        claim = await rest.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data")
+        return placed and reported and (claim.get("status") or {}).get("phase") == "Bound"
+
+    await wait_for(settled, timeout=60, what="the claim bound, fillers placed, too-big reported")
+    pv = await rest.get(f"/api/v1/persistentvolumes/{pv_name}")
+    assert pv["spec"]["claimRef"]["name"] == "data" and pv["status"]["phase"] == "Bound"
+    claimed_now = await rest.get(f"/api/v1/namespaces/{ns}/pods/claimed")
+    assert claimed_now["spec"]["nodeName"] == "rbac-2"
+
+    await create_pods(
+        rest,
+        [make_pod("vip", ns, cpu="3", scheduler_name=scheduler_name, priority_class_name=high)],
+    )
+
+    async def vip_bound_after_preemption() -> bool:
+        pods = {p["metadata"]["name"]: p for p in await rest.list(f"/api/v1/namespaces/{ns}/pods")}
+        evicted = len([n for n in ("filler-0", "filler-1") if n not in pods]) == 1
+        return evicted and bool(pods["vip"]["spec"].get("nodeName"))
+
+    await wait_for(vip_bound_after_preemption, timeout=60, what="vip bound after preempting")
+
+
+async def delete_pods_and(rest: RestClient, ns: str, paths: list[str]) -> None:
+    with contextlib.suppress(ApiError):
+        await rest.delete(f"/api/v1/namespaces/{ns}/pods", {"gracePeriodSeconds": 0})
+    with contextlib.suppress(ApiError):
+        await rest.delete(f"/api/v1/namespaces/{ns}/persistentvolumeclaims")
+    for path in reversed(paths):
+        with contextlib.suppress(ApiError):
+            await rest.delete(path)
 
 
 async def test_kscheduler_runs_on_the_service_account_token_with_leader_election(
@@ -673,12 +799,18 @@ async def test_kscheduler_runs_on_the_service_account_token_with_leader_election
 
     log_paths = [tmp_path / "replica-0.log", tmp_path / "replica-1.log"]
     replicas: list[Replica] = []
+    cluster_objects: list[str] = []
     with open_logs(log_paths) as logs:
         try:
             ports = free_ports(2)
             for i in range(2):
                 replicas.append(await start_replica(args, ports[i], log_paths[i], logs[i]))
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            # /readyz and /livez are open; /metrics over HTTPS needs a token that the
+            # replica, on its ServiceAccount's token, gets reviewed and authorized
+            admin = {"Authorization": f"Bearer {control_plane.admin_token}"}
+            async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=5), headers=admin
+            ) as http:
 
                 async def all_ready() -> bool:
                     codes = [(await http_get(http, r, "/readyz"))[0] for r in replicas]
@@ -687,6 +819,9 @@ async def test_kscheduler_runs_on_the_service_account_token_with_leader_election
                 await wait_for(all_ready, timeout=60, what="both replicas ready (/readyz)")
                 for r in replicas:
                     assert (await http_get(http, r, "/livez"))[0] == 200
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as anon:
+                    assert (await http_get(anon, replicas[0], "/livez"))[0] == 200
+                    assert (await http_get(anon, replicas[0], "/metrics"))[0] == 401
 
                 # one leader, the other standing by
                 holder = await wait_for(lease_holder, timeout=30, what="a Lease holder")
@@ -715,6 +850,11 @@ async def test_kscheduler_runs_on_the_service_account_token_with_leader_election
                     metrics,
                 ), "the leader's /metrics shows no scheduled attempt"
 
+                # the other writes, made with the token too: VolumeBinding's PUT of a
+                # volume (the PV controller then binds the claim), a pending pod's status,
+                # and preemption's delete of a victim
+                await exercise_other_writes(rest, ns, scheduler_name, cluster_objects)
+
                 # SIGTERM the leader: it exits cleanly and releases the Lease; the standby
                 # takes it over and schedules from then on
                 leader.proc.send_signal(signal.SIGTERM)
@@ -742,6 +882,7 @@ async def test_kscheduler_runs_on_the_service_account_token_with_leader_election
                 if r.proc.returncode is None:
                     r.proc.kill()
                     await r.proc.wait()
+            await delete_pods_and(rest, ns, cluster_objects)
 
     for r, path in zip(replicas, log_paths, strict=True):
         refused = [line for line in path.read_text().splitlines() if REFUSED.search(line)]
