@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from kscheduler import __version__
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from kscheduler.app import SchedulerApp
+    from kscheduler.kube import KubeClient
+    from kscheduler.serving.tls import ServingTLS
 
 SUBCOMMANDS = ("run", "demo", "dev-cluster", "explain")
 
@@ -39,6 +50,18 @@ def _port(text: str) -> int:
     return n
 
 
+def _duration(text: str) -> float:
+    from kscheduler.framework.args import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 10s, got {text!r}") from exc
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return seconds
+
+
 def run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kscheduler",
@@ -58,9 +81,56 @@ def run_parser() -> argparse.ArgumentParser:
         metavar="BOOL",
         help="override leaderElection.leaderElect",
     )
-    p.add_argument("--bind-address", default="0.0.0.0", help="address for /metrics and health")
     p.add_argument(
-        "--port", type=_port, default=10259, help="port for /metrics and health (0: off)"
+        "--bind-address", default="0.0.0.0", help="address for /metrics, /debug/* and health"
+    )
+    p.add_argument(
+        "--secure-port",
+        type=_port,
+        default=10259,
+        help="HTTPS port for /metrics, /debug/* (delegated authentication and "
+        "authorization) and /healthz /livez /readyz (open); 0: off",
+    )
+    p.add_argument(
+        "--insecure-port",
+        type=_port,
+        default=0,
+        help="also serve everything over plain HTTP, without authentication, on this "
+        "port (local runs only; 0: off, the default)",
+    )
+    p.add_argument(
+        "--tls-cert-file",
+        metavar="FILE",
+        help="PEM certificate (chain) for the secure port; without it and "
+        "--tls-private-key-file a self-signed one is made in memory at start",
+    )
+    p.add_argument("--tls-private-key-file", metavar="FILE", help="PEM key of --tls-cert-file")
+    p.add_argument(
+        "--client-ca-file",
+        metavar="FILE",
+        help="CA bundle for client certificates; default: client-ca-file of the ConfigMap "
+        "kube-system/extension-apiserver-authentication",
+    )
+    p.add_argument(
+        "--authentication-token-webhook-cache-ttl",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="how long TokenReview answers are cached (default 10s)",
+    )
+    p.add_argument(
+        "--authorization-webhook-cache-authorized-ttl",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="how long allowed SubjectAccessReview answers are cached (default 10s)",
+    )
+    p.add_argument(
+        "--authorization-webhook-cache-unauthorized-ttl",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="how long denied SubjectAccessReview answers are cached (default 10s)",
     )
     p.add_argument(
         "--shutdown-grace",
@@ -115,6 +185,10 @@ def run_main(argv: list[str]) -> int:
         parser.error("--bind-concurrency: must be at least 1")
     if args.shutdown_grace < 0:
         parser.error("--shutdown-grace: must not be negative")
+    if args.secure_port and args.secure_port == args.insecure_port:
+        parser.error("--insecure-port: must differ from --secure-port")
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        parser.error("--tls-cert-file and --tls-private-key-file: give both or neither")
 
     from kscheduler.config import ConfigError, load_config
     from kscheduler.logs import configure
@@ -144,24 +218,56 @@ def run_main(argv: list[str]) -> int:
     import gc
 
     gc.set_threshold(50_000, 20, 100)
+    tls = None
+    if args.secure_port:
+        tls = serving_tls(args)
+        if tls is None:
+            return 2
     verbosity = 0 if args.quiet else args.verbose
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
     configure(verbosity, json=json_logs)
     import uvloop
 
     try:
-        return int(uvloop.run(serve(cfg, registry, args)))
+        return int(uvloop.run(serve(cfg, registry, args, tls)))
     except KeyboardInterrupt:
         return 130
 
 
-async def serve(cfg: object, registry: object, args: argparse.Namespace) -> int:
+def serving_tls(args: argparse.Namespace) -> ServingTLS | None:
+    """The secure port's TLS from the flags; None (after a message) when a file is bad."""
+    import ssl
+
+    from kscheduler.serving.tls import ServingTLS, default_hosts
+
+    try:
+        tls = ServingTLS(
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+            hosts=default_hosts(args.bind_address),
+        )
+    except (OSError, ssl.SSLError) as exc:
+        print(f"kscheduler: --tls-cert-file/--tls-private-key-file: {exc}", file=sys.stderr)
+        return None
+    if args.client_ca_file:
+        try:
+            text = Path(args.client_ca_file).read_text()
+            if not tls.add_client_cas(text):
+                raise ValueError("no PEM certificate in it")
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            print(f"kscheduler: --client-ca-file: {exc}", file=sys.stderr)
+            return None
+    return tls
+
+
+async def serve(
+    cfg: object, registry: object, args: argparse.Namespace, tls: ServingTLS | None = None
+) -> int:
     from kscheduler.app import Options, SchedulerApp
     from kscheduler.config import KubeSchedulerConfiguration
     from kscheduler.framework.registry import Registry
     from kscheduler.kube import KubeClient
     from kscheduler.metrics import Metrics
-    from kscheduler.server import HealthServer
 
     assert isinstance(cfg, KubeSchedulerConfiguration) and isinstance(registry, Registry)
     log = structlog.get_logger("kscheduler")
@@ -210,17 +316,7 @@ async def serve(cfg: object, registry: object, args: argparse.Namespace) -> int:
 
             names = parse_profiles(args.simulator_annotations, app.frameworks)
             app.scheduler.annotations = SimulatorAnnotations(names)
-        server = None
-        if args.port:
-            server = HealthServer(
-                app, host=args.bind_address, port=args.port, registry=metrics.registry
-            )
-            port = await server.start()
-            log.info(
-                "serving",
-                address=f"http://{args.bind_address}:{port}",
-                paths="/metrics /healthz /readyz",
-            )
+        closers = await start_servers(app, kube, metrics.registry, args, tls)
         profiles = ", ".join(app.frameworks)
         log.info(
             "starting", version=__version__, profiles=profiles, leader_elect=app._leader_elect()
@@ -228,10 +324,108 @@ async def serve(cfg: object, registry: object, args: argparse.Namespace) -> int:
         try:
             return await app.run(stop)
         finally:
-            if server is not None:
-                await server.stop()
+            for close in closers:
+                await close()
     finally:
         await kube.close()
+
+
+async def start_servers(
+    app: SchedulerApp,
+    kube: KubeClient,
+    registry: CollectorRegistry,
+    args: argparse.Namespace,
+    tls: ServingTLS | None,
+) -> list[Callable[[], Awaitable[None]]]:
+    """Start the secure port (HTTPS, delegated authentication and authorization)
+    and, when asked for, the plain one; returns what stops them, in order."""
+    out: list[Callable[[], Awaitable[None]]] = []
+    try:
+        await _start_servers(app, kube, registry, args, tls, out)
+    except BaseException:
+        for close in out:
+            await close()
+        raise
+    return out
+
+
+async def _start_servers(
+    app: SchedulerApp,
+    kube: KubeClient,
+    registry: CollectorRegistry,
+    args: argparse.Namespace,
+    tls: ServingTLS | None,
+    out: list[Callable[[], Awaitable[None]]],
+) -> None:
+    from kscheduler.kube import KubeClient, TokenBucketRateLimiter
+    from kscheduler.server import HealthServer
+    from kscheduler.serving.auth import AuthSettings, DelegatedAuth
+    from kscheduler.serving.tls import follow_client_ca
+
+    log = structlog.get_logger("kscheduler")
+    if args.secure_port and tls is not None:
+        # Reviews get their own connections and rate limit (kube-scheduler's delegated
+        # authn/authz client: 200 QPS, burst 400), so that a bind storm cannot starve a
+        # scrape; no retries: a review that fails refuses the request at once.
+        reviews = KubeClient(
+            kube.config,
+            pool_size=8,
+            stream_pool_size=1,
+            timeout=10.0,
+            max_retries=0,
+            rate_limiter=TokenBucketRateLimiter(200.0, 400),
+        )
+        out.append(reviews.close)
+        if not args.client_ca_file:
+            task = asyncio.create_task(follow_client_ca(reviews.get_json, tls), name="client-ca")
+            out.insert(0, partial(_cancel, task))
+        auth = DelegatedAuth(
+            reviews.post_json,
+            AuthSettings(
+                token_ttl=args.authentication_token_webhook_cache_ttl,
+                allow_ttl=args.authorization_webhook_cache_authorized_ttl,
+                deny_ttl=args.authorization_webhook_cache_unauthorized_ttl,
+            ),
+            registry=registry,
+        )
+        secure = HealthServer(
+            app,
+            host=args.bind_address,
+            port=args.secure_port,
+            registry=registry,
+            ssl_context=tls.context,
+            auth=auth,
+        )
+        port = await secure.start()
+        out.insert(0, secure.stop)
+        log.info(
+            "serving",
+            address=f"https://{_host(args.bind_address)}:{port}",
+            certificate="self-signed" if tls.self_signed else args.tls_cert_file,
+            open_paths=" ".join(auth.settings.always_allow),
+            authorized_paths="/metrics /debug/*",
+        )
+    if args.insecure_port:
+        plain = HealthServer(
+            app, host=args.bind_address, port=args.insecure_port, registry=registry
+        )
+        port = await plain.start()
+        out.insert(0, plain.stop)
+        log.warning(
+            "serving plain HTTP without authentication: anyone who reaches this port reads "
+            "/metrics and /debug/* (pods, nodes, pending reasons); for local runs only",
+            address=f"http://{_host(args.bind_address)}:{port}",
+        )
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 if __name__ == "__main__":  # pragma: no cover

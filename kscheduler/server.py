@@ -1,8 +1,17 @@
-"""HTTP endpoints: /metrics, /healthz, /livez, /readyz and /debug/*."""
+"""HTTP endpoints: /metrics, /healthz, /livez, /readyz and /debug/*.
+
+One HealthServer per listener. The secure port (kscheduler run's default) gets
+an SSLContext and a DelegatedAuth: every path but the health ones needs an
+identity the apiserver vouches for and allows (kscheduler.serving.auth). Without
+them the server is plain HTTP and open, which the command line gives only when
+asked (--insecure-port).
+"""
 
 from __future__ import annotations
 
+import ssl
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -11,6 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 if TYPE_CHECKING:
     from kscheduler.app import SchedulerApp
+    from kscheduler.serving.auth import DelegatedAuth
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -29,15 +41,42 @@ class HealthServer:
         host: str,
         port: int,
         registry: CollectorRegistry,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: DelegatedAuth | None = None,
     ) -> None:
+        """ssl_context: serve HTTPS; auth: check every request with it (the
+        middleware answers 401/403/503 itself). Neither: plain, open HTTP."""
         self.app = app
         self.host = host
         self.port = port
         self.registry = registry
+        self.ssl_context = ssl_context
+        self.auth = auth
         self._runner: web.AppRunner | None = None
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
+
+    @web.middleware
+    async def _check_access(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        assert self.auth is not None
+        peercert = None
+        if request.transport is not None:
+            peercert = request.transport.get_extra_info("peercert")
+        outcome = await self.auth.check(
+            method=request.method,
+            path=request.path,
+            authorization=request.headers.get("Authorization"),
+            peercert=peercert,
+        )
+        if outcome.allowed:
+            return await handler(request)
+        headers = {"WWW-Authenticate": 'Bearer realm="kscheduler"'} if outcome.status == 401 else {}
+        return web.Response(text=outcome.message + "\n", status=outcome.status, headers=headers)
+
     def routes(self) -> web.Application:
-        w = web.Application()
+        w = web.Application(middlewares=[self._check_access] if self.auth is not None else [])
         w.router.add_get("/healthz", self.healthz)
         w.router.add_get("/livez", self.healthz)
         w.router.add_get("/readyz", self.readyz)
@@ -50,7 +89,7 @@ class HealthServer:
     async def start(self) -> int:
         self._runner = web.AppRunner(self.routes(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         server = getattr(site, "_server", None)
         if self.port == 0 and server is not None and server.sockets:

@@ -1475,7 +1475,19 @@ BAD_CONFIGS = {
 }
 
 BAD_FLAGS = {
-    "negative port": (["--port", "-1"], "argument --port: port must be within 0..65535, got -1"),
+    "negative port": (
+        ["--secure-port", "-1"],
+        "argument --secure-port: port must be within 0..65535, got -1",
+    ),
+    "same ports": (["--insecure-port", "10259"], "--insecure-port: must differ from --secure-port"),
+    "key without certificate": (
+        ["--tls-private-key-file", "/dev/null"],
+        "--tls-cert-file and --tls-private-key-file: give both or neither",
+    ),
+    "bad cache ttl": (
+        ["--authorization-webhook-cache-authorized-ttl", "ten"],
+        "argument --authorization-webhook-cache-authorized-ttl: expected a duration",
+    ),
     "unknown flag": (["--colour", "blue"], "unrecognized arguments: --colour"),
     "not a bool": (["--leader-elect", "maybe"], "argument --leader-elect: expected true or false"),
     "zero bind concurrency": (
@@ -1656,7 +1668,7 @@ async def test_soak_with_churn(tmp_path: Path, request: pytest.FixtureRequest) -
                 str(config),
                 "--kubeconfig",
                 str(cp.scheduler_kubeconfig),
-                "--port",
+                "--secure-port",
                 "0",
                 "--log-format",
                 "json",

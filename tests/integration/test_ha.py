@@ -94,7 +94,8 @@ class Replica:
             "--config", str(cluster.config),
             "--kubeconfig", str(cluster.cp.scheduler_kubeconfig),
             "--bind-address", "127.0.0.1",
-            "--port", str(self.port),
+            "--secure-port", "0",
+            "--insecure-port", str(self.port),
             "--log-format", "json",
             "--shutdown-grace", "10",
         ]  # fmt: skip

@@ -85,7 +85,7 @@ async def kscheduler(cp: ControlPlane, config: str, tmp_path: Path) -> AsyncIter
         str(path),
         "--kubeconfig",
         str(cp.scheduler_kubeconfig),
-        "--port",
+        "--secure-port",
         "0",
         "-q",
         stdout=asyncio.subprocess.DEVNULL,

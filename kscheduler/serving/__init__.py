@@ -1,0 +1,2 @@
+"""Secure serving of /metrics and /debug/*: TLS (tls.py) and delegated
+authentication and authorization against the cluster's apiserver (auth.py)."""
