@@ -1,10 +1,17 @@
 """The scheduling queue: activeQ, backoffQ and the unschedulable pool.
 
 * activeQ: a heap ordered by the QueueSort plugin; ``pop`` waits on it.
-* backoffQ: pods that failed and wait out ``initial * 2**(attempts-1)`` (capped).
+* backoffQ: pods that failed and wait out ``initial * 2**(attempts-1)`` (capped);
+  pods that failed with an error wait in a backoff heap of their own.
 * unschedulable: pods rejected by plugins, waiting for a cluster event one of
   those plugins registered for (with its queueing hint), or for the 5-minute
   flush. PreEnqueue-gated pods also live here.
+
+With SchedulerPopFromBackoffQ (on by default, as in kube-scheduler 1.33+):
+backoff expiries are truncated to whole-second windows and ordered within a
+window as activeQ orders pods; PreEnqueue runs when a pod enters backoffQ, not
+again when it leaves it; and when activeQ is empty, ``pop`` takes the head of
+backoffQ (never of the error backoff) without waiting for its expiry.
 
 Events that arrive while a pod is being scheduled ("in flight") are kept and
 replayed against it if its attempt fails, so a wake-up is never lost.
@@ -16,12 +23,14 @@ import asyncio
 import bisect
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from kscheduler.framework.features import GATES
 from kscheduler.framework.interface import (
     ActionType,
     ClusterEvent,
@@ -53,6 +62,12 @@ PARSE_ERROR_PLUGIN = "<parse>"
 
 
 _IGNORED_META = frozenset({"resourceVersion", "generation", "managedFields", "finalizers"})
+
+
+def _is_error(qp: QueuedPodInfo) -> bool:
+    """Whether the pod's last attempt ended in an error rather than a rejection."""
+    plugins = qp.unschedulable_plugins
+    return _ERROR_MARK in plugins or not (plugins or qp.pending_plugins)
 
 
 def pod_spec_changed(old: PodInfo, new: PodInfo) -> bool:
@@ -95,6 +110,7 @@ class SchedulingQueue:
         unschedulable_timeout: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         observer: QueueObserver | None = None,
+        pop_from_backoff: bool | None = None,
     ) -> None:
         self._sort_key = sort_key
         self._pre_enqueue = pre_enqueue
@@ -109,7 +125,14 @@ class SchedulingQueue:
         self._seq = itertools.count()
         self._active: list[tuple[Any, int, QueuedPodInfo]] = []
         self._active_uids: dict[str, QueuedPodInfo] = {}
-        self._backoff: list[tuple[float, int, QueuedPodInfo]] = []
+        #: SchedulerPopFromBackoffQ (None: the gate in force)
+        self.pop_from_backoff = (
+            GATES.pop_from_backoff_q if pop_from_backoff is None else pop_from_backoff
+        )
+        #: (expiry, activeQ order within the window or (), seq, pod): rejected pods
+        self._backoff: list[tuple[float, Any, int, QueuedPodInfo]] = []
+        #: (expiry, (), seq, pod): pods whose attempt ended in an error
+        self._error_backoff: list[tuple[float, Any, int, QueuedPodInfo]] = []
         self._backoff_uids: dict[str, QueuedPodInfo] = {}
         self._unschedulable: dict[str, QueuedPodInfo] = {}
         #: when each unschedulable pod entered the pool
@@ -166,7 +189,22 @@ class SchedulingQueue:
         self._wakeup.set()
 
     def _push_backoff(self, qp: QueuedPodInfo, event: str) -> None:
-        heapq.heappush(self._backoff, (qp.backoff_expiry, next(self._seq), qp))
+        if self.pop_from_backoff:
+            # PreEnqueue runs on the way in, since the pod may be popped from here
+            st = self._pre_enqueue(qp.pod)
+            if st is not None:
+                qp.gated = st.plugin or "PreEnqueue"
+                self._to_unschedulable(qp, event)
+                return
+            qp.gated = ""
+        expiry = self._backoff_time(qp)
+        if _is_error(qp):
+            heapq.heappush(self._error_backoff, (expiry, (), next(self._seq), qp))
+        elif self.pop_from_backoff:
+            heapq.heappush(self._backoff, (expiry, self._sort_key(qp), next(self._seq), qp))
+            self._wakeup.set()
+        else:
+            heapq.heappush(self._backoff, (expiry, (), next(self._seq), qp))
         self._backoff_uids[qp.pod.uid] = qp
         self.observer.incoming(BACKOFF, event)
 
@@ -236,7 +274,7 @@ class SchedulingQueue:
             del self._unschedulable[uid]
             self._unsched_since.pop(uid, None)
             qp.unschedulable_plugins.clear()
-            if qp.gated or self._backoff_remaining(qp) <= 0:
+            if qp.gated or not self._is_backing_off(qp):
                 self._gate_or_activate(qp, EVENT_POD_UPDATE.label)
             else:
                 self._push_backoff(qp, EVENT_POD_UPDATE.label)
@@ -283,15 +321,27 @@ class SchedulingQueue:
                 if self._active_uids.get(uid) is not qp:
                     continue  # deleted or re-pushed
                 del self._active_uids[uid]
-                qp.attempts += 1
-                if qp.initial_attempt_timestamp is None:
-                    qp.initial_attempt_timestamp = self._clock()
-                self._in_flight[uid] = _InFlight(qp, self._event_seq)
-                return qp
+                return self._start(qp)
+            if self.pop_from_backoff:
+                while self._backoff:
+                    qp = heapq.heappop(self._backoff)[3]
+                    uid = qp.pod.uid
+                    if self._backoff_uids.get(uid) is not qp:
+                        continue
+                    del self._backoff_uids[uid]
+                    self.observer.incoming(ACTIVE, "PopFromBackoffQ")
+                    return self._start(qp)
             if self._closed:
                 return None
             self._wakeup.clear()
             await self._wakeup.wait()
+
+    def _start(self, qp: QueuedPodInfo) -> QueuedPodInfo:
+        qp.attempts += 1
+        if qp.initial_attempt_timestamp is None:
+            qp.initial_attempt_timestamp = self._clock()
+        self._in_flight[qp.pod.uid] = _InFlight(qp, self._event_seq)
+        return qp
 
     def close(self) -> None:
         self._closed = True
@@ -340,20 +390,46 @@ class SchedulingQueue:
         d = self.initial_backoff * float(1 << min(max(qp.attempts - 1, 0), 30))
         return min(d, self.max_backoff)
 
-    def _backoff_remaining(self, qp: QueuedPodInfo) -> float:
-        return float(qp.backoff_expiry - self._clock())
+    def _backoff_time(self, qp: QueuedPodInfo) -> float:
+        """When the pod's backoff ends; the start of its 1-second window when backoffQ
+        is popped from (pods of one window then leave it together, in activeQ order)."""
+        if self.pop_from_backoff:
+            return float(math.floor(qp.backoff_expiry))
+        return float(qp.backoff_expiry)
+
+    def _is_backing_off(self, qp: QueuedPodInfo) -> bool:
+        if self.pop_from_backoff:
+            # a backoff ending inside the current window is not over yet
+            return self._backoff_time(qp) >= math.floor(self._clock())
+        return bool(qp.backoff_expiry > self._clock())
 
     def flush_backoff_completed(self) -> int:
-        now = self._clock()
+        """Move the pods whose backoff is over to activeQ (PreEnqueue ran already when
+        backoffQ is popped from)."""
         moved = 0
-        while self._backoff and self._backoff[0][0] <= now:
-            _, _, qp = heapq.heappop(self._backoff)
-            if self._backoff_uids.get(qp.pod.uid) is not qp:
-                continue
-            del self._backoff_uids[qp.pod.uid]
-            self._gate_or_activate(qp, "BackoffComplete")
-            moved += 1
+        for heap in (self._backoff, self._error_backoff):
+            while heap:
+                qp = heap[0][3]
+                if self._backoff_uids.get(qp.pod.uid) is not qp:
+                    heapq.heappop(heap)
+                    continue
+                if self._is_backing_off(qp):
+                    break
+                heapq.heappop(heap)
+                del self._backoff_uids[qp.pod.uid]
+                if self.pop_from_backoff:
+                    self._push_active(qp, "BackoffComplete")
+                else:
+                    self._gate_or_activate(qp, "BackoffComplete")
+                moved += 1
         return moved
+
+    def flush_interval(self) -> float:
+        """Seconds until the next backoff flush: to the next whole second of the clock
+        when backoff windows are in use (whole windows leave together), else 1."""
+        if not self.pop_from_backoff:
+            return 1.0
+        return 1.0 - math.fmod(self._clock(), 1.0)
 
     def flush_unschedulable_left_over(self) -> int:
         now = self._clock()
@@ -369,7 +445,8 @@ class SchedulingQueue:
         return len(stale)
 
     def next_backoff_expiry(self) -> float | None:
-        return self._backoff[0][0] if self._backoff else None
+        heads = [h[0][0] for h in (self._backoff, self._error_backoff) if h]
+        return min(heads) if heads else None
 
     # ---- cluster events ------------------------------------------------------------------------
     def _record_event(self, event: ClusterEvent, old: Any, new: Any) -> None:
@@ -409,7 +486,7 @@ class SchedulingQueue:
         return False
 
     def _requeue(self, qp: QueuedPodInfo, event: str) -> None:
-        if self._backoff_remaining(qp) > 0:
+        if self._is_backing_off(qp):
             self._push_backoff(qp, event)
         else:
             self._gate_or_activate(qp, event)

@@ -194,7 +194,7 @@ class Scheduler:
     async def _flush_loop(self) -> None:
         ticks = 0
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(self.queue.flush_interval())
             self.queue.flush_backoff_completed()
             ticks += 1
             if ticks % 30 == 0:

@@ -33,7 +33,10 @@ def sort_key(qp: QueuedPodInfo) -> tuple[int, float]:
 
 
 def make_queue(
-    clock: Clock, events: dict[str, list[ClusterEventWithHint]] | None = None, gate: bool = False
+    clock: Clock,
+    events: dict[str, list[ClusterEventWithHint]] | None = None,
+    gate: bool = False,
+    pop_from_backoff: bool = True,
 ) -> SchedulingQueue:
     def pre_enqueue(p: PodInfo) -> Status | None:
         if gate and p.scheduling_gates:
@@ -45,6 +48,7 @@ def make_queue(
         pre_enqueue=pre_enqueue,
         events=events or {},
         clock=clock,
+        pop_from_backoff=pop_from_backoff,
     )
 
 
@@ -86,9 +90,12 @@ async def test_unschedulable_pod_woken_only_by_registered_event() -> None:
     assert q.counts()["unschedulable"] == 1
     assert q.move_all_to_active_or_backoff(NODE_ADD) == 0
     assert q.move_all_to_active_or_backoff(NODE_TAINT) == 1
-    # still backing off (1 s after the first attempt): backoffQ, then active after the flush
+    # still backing off (1 s after the first attempt): backoffQ, then active after the
+    # flush that follows the end of the backoff's 1-second window
     assert q.counts()["backoff"] == 1
     clock.now += 1.01
+    assert q.flush_backoff_completed() == 0
+    clock.now += 1.0
     assert q.flush_backoff_completed() == 1
     assert (await pop(q)).pod.name == "p"
 
@@ -151,6 +158,8 @@ async def test_error_goes_to_backoff() -> None:
     qp = await pop(q)
     q.add_unschedulable_if_not_present(qp, error=True)
     assert q.counts()["backoff"] == 1
+    assert q.flush_backoff_completed() == 0
+    clock.now += 1.0  # the backoff ends in the window [1001, 1002): not over before 1002
     assert q.flush_backoff_completed() == 0
     clock.now += 1.0
     assert q.flush_backoff_completed() == 1
