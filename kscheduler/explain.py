@@ -60,6 +60,7 @@ from kscheduler.framework.types import PodInfo
 from kscheduler.kube import ApiError, KubeClient, Params
 
 if TYPE_CHECKING:
+    from kscheduler.app import SchedulerApp
     from kscheduler.config import KubeSchedulerConfiguration
     from kscheduler.framework.registry import Registry
 
@@ -344,42 +345,21 @@ async def evaluate(
     return ex
 
 
-async def explain_pod(
-    kube: DryRunKubeClient,
+async def read_cluster(
+    kube: KubeClient,
     cfg: KubeSchedulerConfiguration,
     registry: Registry,
-    namespace: str,
-    name: str,
     *,
-    profile: str | None = None,
     sync_timeout: float = 60.0,
-) -> Explanation:
-    """Read the cluster through ``kube`` and evaluate ``namespace/name``.
+) -> SchedulerApp:
+    """The daemon's app (informers, cache, frameworks) with the cluster listed once
+    through ``kube`` and the informers stopped again: a still picture to evaluate in.
 
-    Raises ExplainError (pod missing, profile unknown, the cluster unreadable).
+    Raises ExplainError when the cluster cannot be listed.
     """
     from kscheduler.app import Options, SchedulerApp
-    from kscheduler.framework.parse import parse_pod
 
-    try:
-        raw = await kube.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    except ApiError as exc:
-        if exc.is_not_found:
-            raise ExplainError(f"pod {namespace}/{name} not found") from exc
-        raise ExplainError(f"cannot read pod {namespace}/{name}: {exc}") from exc
-    except Exception as exc:  # connection refused, TLS, DNS ...
-        raise ExplainError(f"cannot reach the cluster: {type(exc).__name__}: {exc}") from exc
-    pod = parse_pod(raw)
     app = SchedulerApp(cfg, registry, kube, Options(leader_elect=False))
-    profile = profile or pod.scheduler_name
-    fwk = app.frameworks.get(profile)
-    if fwk is None:
-        raise ExplainError(
-            f"pod {pod.key} has schedulerName {pod.scheduler_name!r}, which no profile of "
-            f"the configuration handles (profiles: {', '.join(app.frameworks)}); "
-            "pass --profile NAME to evaluate it with one",
-            exit_code=2,
-        )
     informers = asyncio.create_task(app.informers.run(), name="explain-informers")
     try:
         waiter = asyncio.create_task(app.informers.wait_synced(sync_timeout))
@@ -395,6 +375,46 @@ async def explain_pod(
     finally:
         informers.cancel()
         await asyncio.gather(informers, return_exceptions=True)
+    await app.events_kube.close()
+    app.snapshot.update()
+    return app
+
+
+async def explain_pod(
+    kube: DryRunKubeClient,
+    cfg: KubeSchedulerConfiguration,
+    registry: Registry,
+    namespace: str,
+    name: str,
+    *,
+    profile: str | None = None,
+    sync_timeout: float = 60.0,
+) -> Explanation:
+    """Read the cluster through ``kube`` and evaluate ``namespace/name``.
+
+    Raises ExplainError (pod missing, profile unknown, the cluster unreadable).
+    """
+    from kscheduler.framework.parse import parse_pod
+
+    try:
+        raw = await kube.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiError as exc:
+        if exc.is_not_found:
+            raise ExplainError(f"pod {namespace}/{name} not found") from exc
+        raise ExplainError(f"cannot read pod {namespace}/{name}: {exc}") from exc
+    except Exception as exc:  # connection refused, TLS, DNS ...
+        raise ExplainError(f"cannot reach the cluster: {type(exc).__name__}: {exc}") from exc
+    pod = parse_pod(raw)
+    app = await read_cluster(kube, cfg, registry, sync_timeout=sync_timeout)
+    profile = profile or pod.scheduler_name
+    fwk = app.frameworks.get(profile)
+    if fwk is None:
+        raise ExplainError(
+            f"pod {pod.key} has schedulerName {pod.scheduler_name!r}, which no profile of "
+            f"the configuration handles (profiles: {', '.join(app.frameworks)}); "
+            "pass --profile NAME to evaluate it with one",
+            exit_code=2,
+        )
     bound = pod.node_name
     app.cache.remove_pod(pod.uid)
     app.queue.delete(pod.uid)
@@ -780,7 +800,33 @@ def parser() -> argparse.ArgumentParser:
         description="Why would this pod go to that node, or why does it fit nowhere? "
         "Runs the profile's plugins over every node of the live cluster, read-only.",
     )
-    p.add_argument("pod", metavar="NAMESPACE/POD", help="the pod (namespace 'default' if omitted)")
+    p.add_argument(
+        "pod",
+        metavar="NAMESPACE/POD",
+        nargs="?",
+        help="the pod (namespace 'default' if omitted); or -f FILE",
+    )
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="what if: place the pods of these manifests (Pod, Deployment, ReplicaSet, "
+        "StatefulSet, Job, DaemonSet; PodDisruptionBudget, Service, PersistentVolumeClaim), "
+        "file by file in order, read-only; '-' reads stdin",
+    )
+    p.add_argument(
+        "--max",
+        action="store_true",
+        help="with -f: how many copies of the last manifest's pod fit, and what stops the next",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        default="default",
+        help="with -f: namespace of manifests that name none (default: default)",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file; default: in-cluster, then $KUBECONFIG")
     p.add_argument("--config", type=Path, help="the daemon's KubeSchedulerConfiguration file")
     p.add_argument("--profile", help="the profile to evaluate with (default: the pod's)")
@@ -806,27 +852,25 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.limit is not None and args.limit < 0:
         p.error("--limit: must not be negative")
+    if args.filename:
+        if args.pod is not None:
+            p.error("give NAMESPACE/POD or -f FILE, not both")
+        if args.filename.count("-") > 1:
+            p.error("-f -: stdin can be read once")
+        return _main_what_if(p, args)
+    if args.max:
+        p.error("--max: needs -f FILE")
+    if args.pod is None:
+        p.error("expected NAMESPACE/POD or -f FILE")
     ns, _, name = args.pod.rpartition("/")
     ns = ns or "default"
     if not name or "/" in ns:
         p.error(f"expected NAMESPACE/POD, got {args.pod!r}")
 
-    from kscheduler.config import ConfigError, load_config
-    from kscheduler.logs import configure
-    from kscheduler.plugins import PluginDiscoveryError, full_registry
-
-    try:
-        registry = full_registry()
-    except PluginDiscoveryError as exc:
-        print(f"kscheduler explain: {exc}", file=sys.stderr)
-        return 2
-    try:
-        cfg = load_config(args.config if args.config else "", registry=registry)
-    except ConfigError as exc:
-        where = f"{args.config}: " if args.config else ""
-        print(f"kscheduler explain: invalid configuration: {where}{exc}", file=sys.stderr)
-        return 2
-    configure(0, json=False)
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    registry, cfg = loaded
     limit: int | None
     if args.all_nodes:
         limit = None
@@ -857,3 +901,69 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     sys.stdout.write(render(ex, args.output, limit))
     return 1 if ex.error is not None else 0
+
+
+def _load(args: argparse.Namespace) -> tuple[Registry, KubeSchedulerConfiguration] | int:
+    """The plugin registry and the configuration, or the exit status (2) after a message."""
+    from kscheduler.config import ConfigError, load_config
+    from kscheduler.logs import configure
+    from kscheduler.plugins import PluginDiscoveryError, full_registry
+
+    try:
+        registry = full_registry()
+    except PluginDiscoveryError as exc:
+        print(f"kscheduler explain: {exc}", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(args.config if args.config else "", registry=registry)
+    except ConfigError as exc:
+        where = f"{args.config}: " if args.config else ""
+        print(f"kscheduler explain: invalid configuration: {where}{exc}", file=sys.stderr)
+        return 2
+    configure(0, json=False)
+    return registry, cfg
+
+
+def _main_what_if(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``explain -f FILE [--max]``: see :mod:`kscheduler.whatif`."""
+    from kscheduler.manifests import ManifestError
+    from kscheduler.whatif import WhatIf, read_files, render, what_if
+
+    try:
+        docs = read_files(args.filename, args.namespace)
+    except ManifestError as exc:
+        print(f"kscheduler explain: {exc}", file=sys.stderr)
+        return 2
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    registry, cfg = loaded
+
+    async def run() -> WhatIf:
+        cc = cfg.client_connection
+        kubeconfig = args.kubeconfig or cc.kubeconfig or None
+        try:
+            kube = await DryRunKubeClient.from_kubeconfig(kubeconfig, qps=cc.qps, burst=cc.burst)
+        except Exception as exc:
+            raise ExplainError(f"cannot reach the cluster: {exc}") from exc
+        assert isinstance(kube, DryRunKubeClient)
+        try:
+            return await what_if(
+                kube,
+                cfg,
+                registry,
+                docs,
+                profile=args.profile,
+                max_mode=args.max,
+                sync_timeout=args.timeout,
+            )
+        finally:
+            await kube.close()
+
+    try:
+        result = asyncio.run(run())
+    except (ExplainError, ManifestError) as exc:
+        print(f"kscheduler explain: {exc}", file=sys.stderr)
+        return exc.exit_code
+    sys.stdout.write(render(result, args.output))
+    return 0

@@ -1,0 +1,739 @@
+"""``kscheduler explain -f FILE``: where would these manifests' pods go, and how many fit.
+
+Read-only against the live cluster, with the daemon's own framework (see
+:mod:`kscheduler.explain`): the cluster is listed once through the daemon's
+informers, which are then stopped; the manifests' objects (PodDisruptionBudgets,
+Services, claims, a Deployment's ReplicaSet, a StatefulSet) are added to the
+informers' stores, never to the cluster; the pods the controllers would create
+(:mod:`kscheduler.manifests`) are evaluated one after another, each over every
+node as ``kscheduler explain`` does, and each placement is assumed in the
+scheduler cache before the next, as the daemon assumes a pod it has chosen a
+node for. A pod that fits nowhere gets the FailedScheduling text the daemon
+would write and the dry-run verdict of PostFilter (preemption): the node it
+would nominate and the pods it would evict. When preemption makes room, the
+what-if carries on as if it had happened: the victims leave the cache and the
+pod is assumed on the nominated node.
+
+Priority comes from the cluster's PriorityClasses (``priorityClassName``, else
+the global default), as the Priority admission plugin sets it, and every pod gets
+the tolerations DefaultTolerationSeconds adds. A PodDisruptionBudget from the
+manifests gets the ``disruptionsAllowed`` the disruption controller would give it
+with the pods it then selects (those placed count as healthy).
+
+``--max``: after placing every document but the last pod-producing one, that
+one's pod template is placed again and again until a copy fits nowhere; the
+answer is how many fitted and the full explanation of the first that does not.
+When every filter that runs for the pod is node-local (a copy placed on one node
+changes no other node's verdict: resources, ports, taints, node affinity and
+selectors, no required pod (anti-)affinity, no DoNotSchedule spreading, no
+claims), the count is the sum over nodes of how many copies each takes, found
+by filtering one node at a time, which gives the same number as placing the
+copies one by one in any order; otherwise copies are placed cycle by cycle as
+the daemon would (sampling nodes by percentageOfNodesToScore).
+
+Not modelled: pending pods already in the cluster competing for the same room,
+LimitRange defaults and RuntimeClass overhead (admission), volume binding's
+Reserve step (claims are not bound to volumes between replicas), HTTP extenders.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from kscheduler.algorithm import FitError, ScheduleError
+from kscheduler.explain import (
+    WIDTH,
+    DryRunKubeClient,
+    ExplainError,
+    Explanation,
+    evaluate,
+    read_cluster,
+)
+from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.parse import parse_pod
+from kscheduler.framework.types import PodInfo
+from kscheduler.kube import ApiError
+from kscheduler.manifests import (
+    Document,
+    ManifestError,
+    Workload,
+    fake_uid,
+    object_of,
+    pdb_disruptions_allowed,
+    pdb_selector,
+    workload,
+)
+
+if TYPE_CHECKING:
+    from kscheduler.app import SchedulerApp
+    from kscheduler.config import KubeSchedulerConfiguration
+    from kscheduler.framework.registry import Registry
+    from kscheduler.framework.runtime import Framework
+
+JSON = dict[str, Any]
+
+#: Filter plugins whose verdict on a node depends only on that node and the pod
+#: (given the conditions checked in :func:`_node_local`).
+NODE_LOCAL_FILTERS = frozenset(
+    {
+        "NodeUnschedulable",
+        "NodeName",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
+        "NodeResourcesFit",
+        "InterPodAffinity",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
+        "DynamicResources",
+    }
+)
+_VOLUME_FILTERS = frozenset(
+    {"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"}
+)
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(slots=True)
+class Placement:
+    """One pod of the manifests and where it would go."""
+
+    workload: str
+    pod: str
+    #: the chosen node ("" when none); with ``preempting`` the node preemption frees
+    node: str = ""
+    #: every node with the best total (the daemon picks one of them at random)
+    best_nodes: list[str] = field(default_factory=list)
+    best_total: int | None = None
+    feasible: int = 0
+    #: the FailedScheduling message when no node fits
+    fit_error: str = ""
+    #: preemption would make room on ``node`` by evicting these (namespace/name)
+    preempting: bool = False
+    evictions: list[str] = field(default_factory=list)
+    #: PostFilter's verdict when it cannot help (its message ends fit_error)
+    post_filter: str = ""
+    #: the pod is not created (an OrderedReady StatefulSet waits for an earlier one)
+    not_created: str = ""
+    #: an Error status, or a PreEnqueue rejection the daemon would hold the pod at
+    error: str = ""
+    claims: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.node) and not self.preempting
+
+
+@dataclass(slots=True)
+class MaxResult:
+    workload: str
+    count: int
+    per_node: dict[str, int]
+    #: "per-node" (node-local filters) or "cycle-by-cycle"
+    method: str
+    #: why the per-node count could not be used ("" when it was)
+    why_cycles: str
+    seconds: float
+    #: the first copy that fits nowhere
+    next: Placement | None = None
+
+
+@dataclass(slots=True)
+class WhatIf:
+    profile: str
+    num_nodes: int
+    placements: list[Placement] = field(default_factory=list)
+    #: non-pod objects added to the informers' stores, as Kind namespace/name
+    objects: list[str] = field(default_factory=list)
+    max: MaxResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Session:
+    """The cluster as listed, plus what the what-if has assumed into it."""
+
+    def __init__(
+        self,
+        app: SchedulerApp,
+        kube: DryRunKubeClient,
+        profile: str | None,
+        priority_classes: list[JSON] | None,
+    ) -> None:
+        self.app = app
+        self.kube = kube
+        self.profile = profile
+        self.priority_classes = priority_classes
+        self.rng = random.Random(0)
+        #: manifest PDBs, refreshed before each evaluation
+        self.pdbs: list[JSON] = []
+        self.seq = 0
+
+    # ---- the objects ----
+    def put(self, kind: str, obj: JSON) -> None:
+        inf = self.app.informers.get(kind) or self.app.informers.informer(kind)
+        inf.apply("ADDED", obj)
+
+    def exists(self, kind: str, namespace: str, name: str) -> bool:
+        inf = self.app.informers.get(kind)
+        return inf is not None and inf.get(namespace, name) is not None
+
+    def refresh_pdbs(self) -> None:
+        if not self.pdbs:
+            return
+        inf = self.app.informers.get("poddisruptionbudgets")
+        if inf is None:
+            return
+        for pdb in self.pdbs:
+            ns = pdb["metadata"]["namespace"]
+            sel = pdb_selector(pdb)
+            healthy = 0
+            if sel is not None:
+                for ni in self.app.snapshot.node_infos():
+                    for p in ni.pods.values():
+                        if p.namespace == ns and not p.deleting and sel.matches(p.labels):
+                            healthy += 1
+            allowed = pdb_disruptions_allowed(pdb, healthy, healthy)
+            self.seq += 1
+            pdb["metadata"]["resourceVersion"] = str(self.seq)
+            pdb["status"] = {
+                "disruptionsAllowed": allowed,
+                "currentHealthy": healthy,
+                "expectedPods": healthy,
+                "observedGeneration": 1,
+            }
+            inf.apply("MODIFIED", copy.deepcopy(pdb))
+
+    # ---- the pods ----
+    def framework(self, pod: PodInfo) -> Framework:
+        name = self.profile or pod.scheduler_name
+        fwk = self.app.frameworks.get(name)
+        if fwk is None:
+            raise ExplainError(
+                f"pod {pod.key} has schedulerName {pod.scheduler_name!r}, which no profile of "
+                f"the configuration handles (profiles: {', '.join(self.app.frameworks)}); "
+                "pass --profile NAME to evaluate it with one",
+                exit_code=2,
+            )
+        return fwk
+
+    def admit(self, doc: Document, raw: JSON) -> PodInfo:
+        """uid, creation time and priority as the API server would set them."""
+        meta, spec = raw["metadata"], raw["spec"]
+        meta["uid"] = fake_uid("pod", meta["namespace"], meta["name"])
+        meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta["resourceVersion"] = "1"
+        self._priority(doc, spec)
+        pod = parse_pod(raw)
+        if pod.parse_error is not None:  # checked when read; a derived field went wrong
+            raise doc.error("", f"derived pod does not parse: {pod.parse_error}")
+        return pod
+
+    def _priority(self, doc: Document, spec: JSON) -> None:
+        name = spec.get("priorityClassName")
+        field_path = (
+            "spec.priorityClassName"
+            if doc.kind == "Pod"
+            else ("spec.template.spec.priorityClassName")
+        )
+        classes = self.priority_classes
+        if classes is None:
+            if name:
+                raise ExplainError(
+                    f"{doc.source}: document {doc.index}: {field_path}: cannot read "
+                    f"PriorityClass {name!r} from the cluster (no permission to list "
+                    "priorityclasses?)"
+                )
+            return
+        chosen: JSON | None = None
+        if name:
+            chosen = next((c for c in classes if c["metadata"]["name"] == name), None)
+            if chosen is None and name not in ("system-cluster-critical", "system-node-critical"):
+                raise doc.error(field_path, f"no PriorityClass {name!r} in the cluster")
+            if chosen is None:
+                chosen = {"value": 2000001000 if name == "system-node-critical" else 2000000000}
+        else:
+            defaults = [c for c in classes if c.get("globalDefault")]
+            if defaults:
+                chosen = min(defaults, key=lambda c: int(c.get("value") or 0))
+                spec["priorityClassName"] = chosen["metadata"]["name"]
+        if chosen is not None:
+            spec["priority"] = int(chosen.get("value") or 0)
+            if chosen.get("preemptionPolicy") and not spec.get("preemptionPolicy"):
+                spec["preemptionPolicy"] = chosen["preemptionPolicy"]
+        else:
+            spec["priority"] = 0
+
+    def add_claims(self, w: Workload, i: int) -> list[str]:
+        names = []
+        default_class = self._default_storage_class()
+        for claim in w.claims(i):
+            meta = claim["metadata"]
+            names.append(meta["name"])
+            if self.exists("persistentvolumeclaims", meta["namespace"], meta["name"]):
+                continue  # the controller reuses a claim that exists
+            cspec = claim.setdefault("spec", {})
+            if "storageClassName" not in cspec and default_class:
+                cspec["storageClassName"] = default_class  # DefaultStorageClass admission
+            self.put("persistentvolumeclaims", claim)
+        return names
+
+    def _default_storage_class(self) -> str:
+        inf = self.app.informers.get("storageclasses")
+        if inf is None:
+            return ""
+        defaults = [
+            sc
+            for sc in inf.list()
+            if (sc.get("metadata", {}).get("annotations") or {}).get(
+                "storageclass.kubernetes.io/is-default-class"
+            )
+            == "true"
+        ]
+        if not defaults:
+            return ""
+        newest = max(defaults, key=lambda sc: str(sc["metadata"].get("creationTimestamp", "")))
+        return str(newest["metadata"]["name"])
+
+    async def place(self, doc: Document, w: Workload, raw: JSON, claims: list[str]) -> Placement:
+        pod = self.admit(doc, raw)
+        fwk = self.framework(pod)
+        pl = Placement(w.key, pod.key, claims=claims)
+        self.refresh_pdbs()
+        self.app.snapshot.update()
+        start = len(self.kube.writes)
+        ex = await evaluate(
+            fwk, self.app.algorithm, self.app.snapshot, pod, writes=self.kube.writes
+        )
+        del self.kube.writes[start:]
+        self._record(pl, ex)
+        if pl.node:
+            if pl.preempting:
+                self._evict(pl)
+            self.assume(pod, raw, pl.node)
+        return pl
+
+    def _record(self, pl: Placement, ex: Explanation) -> None:
+        if ex.error is not None:
+            pl.error = f"{ex.error.plugin or 'error'}: {ex.error.message}"
+            return
+        if ex.pre_enqueue is not None:
+            pl.error = f"PreEnqueue {ex.pre_enqueue.plugin}: {ex.pre_enqueue.message}"
+            return
+        pl.feasible = len(ex.feasible)
+        pl.best_nodes = list(ex.best_nodes)
+        pl.best_total = ex.best_total
+        if ex.fit_error:
+            pl.fit_error = ex.fit_error
+            if ex.post_filter is None and ex.post_filter_nominated:
+                pl.node, pl.preempting = ex.post_filter_nominated, True
+                pl.evictions = ex.evictions
+            elif ex.post_filter is not None:
+                pl.post_filter = ex.post_filter.message
+            return
+        pl.node = ex.would_choose or self.rng.choice(ex.best_nodes)
+
+    def _evict(self, pl: Placement) -> None:
+        ni = self.app.snapshot.get(pl.node)
+        gone = set(pl.evictions)
+        if ni is None:
+            return
+        for p in list(ni.pods.values()):
+            if p.key in gone:
+                self.app.cache.remove_pod(p.uid)
+
+    def assume(self, pod: PodInfo, raw: JSON, node: str) -> None:
+        bound = dict(raw)
+        bound["spec"] = dict(raw["spec"], nodeName=node)
+        placed = parse_pod(bound)
+        self.app.cache.assume(placed)
+
+
+async def what_if(
+    kube: DryRunKubeClient,
+    cfg: KubeSchedulerConfiguration,
+    registry: Registry,
+    docs: Sequence[Document],
+    *,
+    profile: str | None = None,
+    max_mode: bool = False,
+    sync_timeout: float = 60.0,
+) -> WhatIf:
+    """Place the pods of ``docs`` in order against the cluster read through ``kube``.
+
+    Raises ManifestError (exit 2) for a document the cluster cannot take as it is
+    (an unknown PriorityClass, --max without a pod template), ExplainError for
+    the cluster (unreadable) or the configuration (no profile for a pod).
+    """
+    if max_mode:
+        daemons = [d for d in docs if d.kind in _POD_KINDS]
+        if daemons and daemons[-1].kind == "DaemonSet":
+            raise daemons[-1].error(
+                "kind", "--max counts copies of one pod; a DaemonSet has one per node"
+            )
+    app = await read_cluster(kube, cfg, registry, sync_timeout=sync_timeout)
+    classes: list[JSON] | None
+    try:
+        listed = await kube.get_json("/apis/scheduling.k8s.io/v1/priorityclasses")
+        classes = list(listed.get("items") or [])
+    except ApiError:
+        classes = None
+    result = await place_documents(
+        app, kube, docs, priority_classes=classes, profile=profile, max_mode=max_mode
+    )
+    if cfg.extenders:
+        result.notes.append(
+            f"The configuration has {len(cfg.extenders)} extender(s), which explain does not "
+            "call: their filtering and scores are not included."
+        )
+    return result
+
+
+async def place_documents(
+    app: SchedulerApp,
+    kube: DryRunKubeClient,
+    docs: Sequence[Document],
+    *,
+    priority_classes: list[JSON] | None,
+    profile: str | None = None,
+    max_mode: bool = False,
+) -> WhatIf:
+    """The what-if over ``app``'s cache and informer stores as they are (listed, not
+    running); ``kube`` is the app's client, which keeps PostFilter's writes."""
+    classes = priority_classes
+    workloads = [(d, workload(d)) for d in docs if d.kind in _POD_KINDS]
+    if max_mode and not workloads:
+        d = docs[-1]
+        raise ManifestError(d.source, 0, "", "--max needs a document with a pod template")
+    s = _Session(app, kube, profile, classes)
+    result = WhatIf(profile=profile or "", num_nodes=len(app.snapshot.node_infos()))
+    if classes is None:
+        result.notes.append(
+            "PriorityClasses could not be read: pods without priorityClassName count as priority 0."
+        )
+    # Objects first (kubectl apply of a whole set creates them before their pods run).
+    for d in docs:
+        if d.kind in _POD_KINDS:
+            continue
+        kind, obj = object_of(d)
+        if d.kind == "PodDisruptionBudget":
+            s.pdbs.append(obj)
+        s.put(kind, obj)
+        result.objects.append(f"{d.kind} {d.namespace}/{d.name}")
+    for _, w in workloads:
+        for kind, obj in w.owners:
+            s.put(kind, obj)
+    app.snapshot.update()
+
+    to_place = workloads[:-1] if max_mode else workloads
+    for doc, w in to_place:
+        if w.kind == "DaemonSet":
+            nodes = [ni.node for ni in app.snapshot.node_infos() if ni.node is not None]
+            for name in w.daemon_nodes(nodes):
+                result.placements.append(await s.place(doc, w, w.pod(0, name), []))
+            continue
+        waiting = ""
+        for i in range(w.replicas):
+            if waiting:
+                raw = w.pod(i)
+                result.placements.append(
+                    Placement(
+                        w.key, f"{doc.namespace}/{raw['metadata']['name']}", not_created=waiting
+                    )
+                )
+                continue
+            claims = s.add_claims(w, i)
+            pl = await s.place(doc, w, w.pod(i), claims)
+            result.placements.append(pl)
+            if w.ordered and not pl.node:
+                waiting = (
+                    f"the StatefulSet (OrderedReady) creates it once {pl.pod} is running and ready"
+                )
+    if max_mode:
+        doc, w = workloads[-1]
+        result.max = await _max(s, doc, w)
+    if not result.profile and len(app.frameworks) == 1:
+        result.profile = next(iter(app.frameworks))
+    return result
+
+
+_POD_KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")
+
+
+# --------------------------------------------------------------------------- --max
+
+
+def _node_local(fwk: Framework, state: CycleState, pod: PodInfo) -> str:
+    """ "" when every filter that runs for ``pod`` is node-local, else why not."""
+    for name, _, _ in fwk.filters_to_run(state):
+        if name == "PodTopologySpread":
+            return "the pod has DoNotSchedule topology spread constraints"
+        if name not in NODE_LOCAL_FILTERS:
+            return f"filter {name} may depend on other nodes"
+        if name == "InterPodAffinity" and (pod.required_affinity or pod.required_anti_affinity):
+            return "the pod has required pod affinity or anti-affinity"
+    spec = pod.raw.get("spec") or {}
+    for v in spec.get("volumes") or []:
+        if isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v):
+            return "the pod mounts claims"
+    if spec.get("resourceClaims"):
+        return "the pod has resource claims"
+    return ""
+
+
+async def _max(s: _Session, doc: Document, w: Workload) -> MaxResult:
+    app = s.app
+    started = time.perf_counter()
+    app.snapshot.update()
+    raw0 = w.pod(0)
+    probe = s.admit(doc, copy.deepcopy(raw0))
+    fwk = s.framework(probe)
+    state = CycleState()
+    nodes = app.snapshot.node_infos()
+    pre, status, _ = fwk.run_pre_filter(state, probe, nodes)
+    why = "" if status is not None else _node_local(fwk, state, probe)
+    per_node: Counter[str] = Counter()
+    count = 0
+    if status is None and not why and not s.pdbs:
+        method = "per-node"
+        candidates = nodes
+        if pre is not None and pre.node_names is not None:
+            candidates = [ni for ni in nodes if ni.name in pre.node_names]
+        for ni in candidates:
+            while True:
+                if fwk.run_filter_with_nominated_pods(state, probe, ni) is not None:
+                    break
+                name = w.pod_name(count)
+                copy_ = dataclasses.replace(
+                    probe,
+                    uid=fake_uid("pod", probe.namespace, name),
+                    name=name,
+                    node_name=ni.name,
+                    ext={},
+                )
+                app.cache.assume(copy_)
+                per_node[ni.name] += 1
+                count += 1
+    else:
+        method = "cycle-by-cycle"
+        if status is None and not why:
+            why = "PodDisruptionBudgets from the manifests are recomputed per pod"
+        while True:
+            raw = w.pod(count)
+            s.add_claims(w, count)
+            pod = s.admit(doc, raw)
+            app.snapshot.update()
+            try:
+                res = app.algorithm.schedule_pod(fwk, CycleState(), pod, app.snapshot)
+            except FitError:
+                break
+            except ScheduleError as se:
+                raise ExplainError(f"{pod.key}: {se.status.message}") from se
+            s.assume(pod, raw, res.suggested_host)
+            per_node[res.suggested_host] += 1
+            count += 1
+    # the first copy that does not fit: the full explanation, preemption included
+    raw = w.pod(count)
+    claims = s.add_claims(w, count)
+    nxt = await s.place(doc, w, raw, claims)
+    return MaxResult(
+        workload=w.key,
+        count=count,
+        per_node=dict(per_node),
+        method=method,
+        why_cycles=why,
+        seconds=time.perf_counter() - started,
+        next=nxt,
+    )
+
+
+# --------------------------------------------------------------------------- output
+
+
+def to_dict(r: WhatIf) -> JSON:
+    out: JSON = {
+        "dryRun": True,
+        "profile": r.profile or None,
+        "nodes": r.num_nodes,
+        "objects": r.objects,
+        "placements": [_placement_dict(p) for p in r.placements],
+    }
+    if r.max is not None:
+        m = r.max
+        out["max"] = {
+            "workload": m.workload,
+            "fit": m.count,
+            "perNode": dict(sorted(m.per_node.items())),
+            "method": m.method,
+            "whyCycleByCycle": m.why_cycles or None,
+            "seconds": round(m.seconds, 3),
+            "next": _placement_dict(m.next) if m.next is not None else None,
+        }
+    out["notes"] = r.notes
+    return out
+
+
+def _placement_dict(p: Placement) -> JSON:
+    return {
+        "workload": p.workload,
+        "pod": p.pod,
+        "node": p.node if p.fits else None,
+        "bestNodes": p.best_nodes,
+        "bestTotal": p.best_total,
+        "feasibleNodes": p.feasible,
+        "claims": p.claims,
+        "fitError": p.fit_error or None,
+        "preemption": None
+        if not p.fit_error
+        else {
+            "node": p.node if p.preempting else None,
+            "evictions": p.evictions,
+            "verdict": p.post_filter or None,
+        },
+        "notCreated": p.not_created or None,
+        "error": p.error or None,
+    }
+
+
+def render_json(r: WhatIf) -> str:
+    return orjson.dumps(to_dict(r), option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def render_yaml(r: WhatIf) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(to_dict(r), sort_keys=False, width=1000))
+
+
+def _outcome(p: Placement) -> tuple[str, str]:
+    """(NODE cell, the why) for one placement."""
+    if p.not_created:
+        return "-", f"not created: {p.not_created}"
+    if p.error:
+        return "-", p.error
+    if p.preempting:
+        who = ", ".join(p.evictions) or "nobody"
+        return f"{p.node} (preempting)", f"{p.fit_error} -> preemption evicts {who}"
+    if p.fit_error:
+        return "-", p.fit_error
+    if len(p.best_nodes) > 1:
+        others = len(p.best_nodes) - 1
+        return (
+            p.node,
+            f"total {p.best_total}, tied with {others} other node(s), of {p.feasible} feasible",
+        )
+    return p.node, f"total {p.best_total}, best of {p.feasible} feasible"
+
+
+def render_table(r: WhatIf) -> str:
+    from kscheduler.explain import _table, _wrap
+
+    out: list[str] = []
+    head = f"What if (dry run against {r.num_nodes} node(s); nothing was written)"
+    out.append(head + (f", profile {r.profile}:" if r.profile else ":"))
+    if r.objects:
+        out += _wrap("Objects added: " + ", ".join(r.objects) + ".", "  ")
+    if r.placements:
+        out.append("")
+        rows = []
+        for i, p in enumerate(r.placements, 1):
+            node, why = _outcome(p)
+            rows.append([str(i), p.pod, node, why])
+        out += _table(["#", "POD", "NODE", "WHY"], rows, right={0})
+        placed = sum(1 for p in r.placements if p.fits)
+        preempting = sum(1 for p in r.placements if p.preempting)
+        line = f"{placed} of {len(r.placements)} pod(s) fit"
+        if preempting:
+            line += f", {preempting} more by preemption"
+        out.append("")
+        out.append(line + ".")
+    if r.max is not None:
+        m = r.max
+        out.append("")
+        out += _wrap(
+            f"--max: {m.count} cop{'y' if m.count == 1 else 'ies'} of {m.workload}'s pod fit "
+            f"({m.method}, {m.seconds:.2f}s)"
+            + (f"; counted cycle by cycle because {m.why_cycles}" if m.why_cycles else "")
+            + "."
+        )
+        if m.per_node:
+            by_count = sorted(m.per_node.items(), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{n} {c}" for n, c in by_count[:10])
+            more = f" and {len(by_count) - 10} more node(s)" if len(by_count) > 10 else ""
+            out += _wrap(f"Per node: {shown}{more}.", "  ")
+        if m.next is not None:
+            node, why = _outcome(m.next)
+            out += _wrap(f"The next one ({m.next.pod}) does not fit:", "")
+            out.append(f"  {m.next.fit_error or m.next.error}")
+            if m.next.preempting:
+                out += _wrap(
+                    f"Preemption would make room on {m.next.node} by evicting "
+                    f"{', '.join(m.next.evictions)}.",
+                    "  ",
+                )
+    for n in r.notes:
+        out += _wrap(n)
+    return "\n".join(line[: WIDTH * 4] for line in out) + "\n"
+
+
+def render(r: WhatIf, output: str) -> str:
+    if output == "json":
+        return render_json(r)
+    if output == "yaml":
+        return render_yaml(r)
+    return render_table(r)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def read_files(files: Sequence[str], namespace: str) -> list[Document]:
+    """The documents of every file, in order (``-`` is stdin)."""
+    from kscheduler.manifests import read_documents
+
+    docs: list[Document] = []
+    for f in files:
+        if f == "-":
+            text, source = sys.stdin.read(), "<stdin>"
+        else:
+            source = f
+            try:
+                with open(f, encoding="utf-8") as fh:
+                    text = fh.read()
+            except OSError as exc:
+                raise ManifestError(f, 0, "", f"cannot read: {exc.strerror or exc}") from exc
+            except UnicodeDecodeError as exc:
+                raise ManifestError(f, 0, "", "not a text file") from exc
+        docs += read_documents(source, text, namespace)
+    return docs
+
+
+__all__ = [
+    "MaxResult",
+    "Placement",
+    "WhatIf",
+    "read_files",
+    "render",
+    "render_json",
+    "render_table",
+    "render_yaml",
+    "to_dict",
+    "what_if",
+]
