@@ -67,7 +67,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER 65532:65532
 WORKDIR /
 
-# /metrics, /healthz, /livez, /readyz (plain HTTP).
+# HTTPS: /metrics and /debug/* for identities RBAC allows, /healthz /livez /readyz open.
 EXPOSE 10259
 
 # kscheduler installs its own SIGTERM/SIGINT handlers (graceful: finish in-flight binds,

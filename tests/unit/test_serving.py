@@ -435,3 +435,62 @@ def test_certificate_files_and_pem_splitting(tmp_path: Path) -> None:
     two = _pem(cert) + "junk\n" + _pem(cert).replace("\n", "\r\n")
     assert len(split_pem_certificates(two)) == 2
     assert len(set(split_pem_certificates(two))) == 1
+
+
+# ---- the cluster's client CA ----------------------------------------------------------------
+async def test_client_ca_follows_the_configmap() -> None:
+    from kscheduler.serving.tls import AUTH_CONFIGMAP_PATH, follow_client_ca
+
+    _, ca1 = _cert("ca-1")
+    _, ca2 = _cert("ca-2")
+    answers: list[Any] = [
+        ConnectionRefusedError("apiserver away"),  # tolerated, tried again
+        {"data": {}},  # no client CA published yet
+        {"data": {"client-ca-file": _pem(ca1)}},
+        {"data": {"client-ca-file": _pem(ca1) + _pem(ca2)}},
+    ]
+    asked: list[str] = []
+    tls = ServingTLS(hosts=["localhost"])
+    assert tls.context.verify_mode == ssl.CERT_NONE  # no CA: certificates not requested
+
+    async def get(path: str) -> Any:
+        asked.append(path)
+        answer = answers[min(len(asked), len(answers)) - 1]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    task = asyncio.create_task(follow_client_ca(get, tls, interval=0.01))
+    try:
+        for _ in range(200):
+            if len(tls.client_cas) == 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert set(asked) == {AUTH_CONFIGMAP_PATH} and len(asked) >= 4
+    assert tls.client_cas == set(split_pem_certificates(_pem(ca1) + _pem(ca2)))
+    assert tls.context.verify_mode == ssl.CERT_OPTIONAL
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--tls-cert-file", "/nonexistent.crt", "--tls-private-key-file", "/nonexistent.key"],
+            "kscheduler: --tls-cert-file/--tls-private-key-file: ",
+        ),
+        (["--client-ca-file", "/nonexistent-ca.crt"], "kscheduler: --client-ca-file: "),
+        (["--client-ca-file", "/dev/null"], "kscheduler: --client-ca-file: no PEM certificate"),
+    ],
+    ids=["tls files", "missing client CA", "empty client CA"],
+)
+def test_unusable_tls_files_exit_2(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kscheduler.cli import run_main
+
+    assert run_main(flags) == 2
+    assert capsys.readouterr().err.startswith(message)
