@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # kscheduler image: a virtualenv with the wheel and its dependencies, on python-slim.
 #
 #   docker build -t kscheduler:dev .        (or: make image)
@@ -10,7 +8,16 @@
 # stops any attempt to write more). Both stages must use the same base image: the
 # virtualenv's interpreter is a symlink to the base image's /usr/local/bin/python.
 #
-# Another Python: docker build --build-arg PYTHON_IMAGE=python:3.12-slim -t kscheduler:dev .
+# Build arguments and secrets (BuildKit: DOCKER_BUILDKIT=1 or docker buildx):
+#   --build-arg PYTHON_IMAGE=python:3.12-slim     another base image with Python and pip at
+#       /usr/local/bin/python (`make image-base` makes kscheduler-base:bookworm from
+#       Debian's packages where no image registry is reachable)
+#   --secret id=ca-bundle,src=/etc/ssl/certs/ca-certificates.crt    a CA bundle that pip
+#       trusts while the builder stage downloads from PyPI (behind a TLS-inspecting
+#       proxy). It is mounted for that one RUN only: it is in no layer of either stage.
+#
+# No `# syntax=` line: the Dockerfile frontend built into BuildKit is enough, and a
+# frontend image would have to be pulled from a registry.
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -27,12 +34,15 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kscheduler ./kscheduler
 
-# 1. build kscheduler's wheel; 2. an empty virtualenv (no pip, no setuptools);
+# With the ca-bundle secret, pip trusts it for this step (PIP_CERT). 1. build kscheduler's
+# wheel; 2. an empty virtualenv (no pip, no setuptools);
 # 3. install the wheel and its dependencies into it with the base image's pip, binary
 #    wheels only (every dependency publishes manylinux wheels; the final stage could not
 #    build anything anyway); 4. compile all bytecode now, hash-based and unchecked, so it
 #    stays valid whatever the file times become and nothing is compiled at run time.
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+ && python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv --without-pip /opt/venv \
  && python -m pip --python /opt/venv/bin/python install --no-compile --only-binary=:all: \
       /wheels/kscheduler-*.whl \

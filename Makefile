@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+, := ,
 # the out-of-tree plugin example: installed into the venv, its tests run by `make test`
 EXAMPLE := examples/kscheduler-plugin-example
 
@@ -69,12 +70,31 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
 # ---- container image and kind (need a Docker engine, kind and kubectl) ----
-.PHONY: image kind-up kind-load deploy e2e-kind
+.PHONY: image image-base container kind-up kind-load deploy e2e-kind
 IMAGE ?= kscheduler:dev
 KIND_CLUSTER ?= kscheduler
+# a Docker client that builds with BuildKit (Debian's docker.io, or any docker with buildx)
+DOCKER ?= docker
+# the base of both stages: the registry's python image, or `make image-base`'s
+PYTHON_IMAGE ?= python:3.11-slim
+# a CA bundle pip trusts during the build only (a build secret, in no layer), e.g.
+# CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt behind a TLS-inspecting proxy
+CA_BUNDLE ?=
+# more `docker build` flags, e.g. --network=host for an engine without a bridge
+DOCKER_BUILD_FLAGS ?=
 
 image:
-	docker build -t $(IMAGE) .
+	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_FLAGS) --build-arg PYTHON_IMAGE=$(PYTHON_IMAGE) \
+	  $(if $(CA_BUNDLE),--secret id=ca-bundle$(,)src=$(CA_BUNDLE)) -t $(IMAGE) .
+
+# A Python 3.11 base made from Debian's packages (debootstrap, then docker import), for
+# machines without an image registry: make image-base && make image PYTHON_IMAGE=kscheduler-base:bookworm
+image-base:
+	bash hack/image-base.sh kscheduler-base:bookworm
+
+# The image run as deploy/ runs it, two replicas, with Prometheus (tests/container).
+container: venv control-plane
+	$(PY) -m pytest tests/container -m container $(PYTEST_ARGS)
 
 kind-up:
 	kind get clusters | grep -qx '$(KIND_CLUSTER)' || kind create cluster --name $(KIND_CLUSTER)
