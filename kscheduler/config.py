@@ -132,8 +132,8 @@ class PluginRef:
 DEFAULT_MULTI_POINT: tuple[PluginRef, ...] = (
     PluginRef("SchedulingGates"),
     PluginRef("PrioritySort"),
-    PluginRef("NodeUnschedulable"),
     PluginRef("NodeName"),
+    PluginRef("NodeUnschedulable"),
     # Highest weight: a node's PreferNoSchedule taints are the admin's own wish.
     PluginRef("TaintToleration", 3),
     # Preferences the pod itself states outweigh the resource heuristics below.
@@ -151,10 +151,12 @@ DEFAULT_MULTI_POINT: tuple[PluginRef, ...] = (
     PluginRef("NodeResourcesBalancedAllocation", 1),
     PluginRef("ImageLocality", 1),
     PluginRef("DefaultBinder"),
+    PluginRef("NodeDeclaredFeatures"),
 )
 """kube-scheduler's default profile (default_plugins.go), in order, with score
 weights. DynamicResources sits right before DefaultPreemption, as upstream inserts
-it when its feature gate is on (the default since 1.34). Upstream's list also
+it when its feature gate is on (the default since 1.34); NodeDeclaredFeatures comes
+last, as upstream appends it when its gate is on (GA and locked on in 1.37). Upstream's list also
 names the removed in-tree volume-limit plugins; kscheduler does not."""
 
 DEFAULT_PLUGIN_NAMES: frozenset[str] = frozenset(p.name for p in DEFAULT_MULTI_POINT)

@@ -42,6 +42,8 @@ def node_update_action(old: NodeRecord, new: NodeRecord) -> ActionType:
         action |= ActionType.UPDATE_NODE_ANNOTATION
     if old.images != new.images:
         action |= ActionType.UPDATE_OTHER
+    if old_status.get("declaredFeatures") != new_status.get("declaredFeatures"):
+        action |= ActionType.UPDATE_NODE_DECLARED_FEATURE
     return action
 
 

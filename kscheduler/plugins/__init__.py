@@ -33,6 +33,7 @@ IN_TREE = [
     "balanced_allocation",
     "image_locality",
     "default_binder",
+    "node_declared_features",
     "coscheduling",
 ]
 

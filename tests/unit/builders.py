@@ -211,6 +211,11 @@ class NodeBuilder:
         self._raw["status"].setdefault("images", []).append({"names": [name], "sizeBytes": size})
         return self
 
+    def declared_features(self, *names: str) -> NodeBuilder:
+        """status.declaredFeatures, in the order given."""
+        self._raw["status"]["declaredFeatures"] = list(names)
+        return self
+
     def with_pods(self, *pods: PodInfo) -> NodeBuilder:
         self._pods.extend(pods)
         return self

@@ -127,8 +127,8 @@ DEFAULT_PRE_FILTER = (
     "InterPodAffinity",
 )
 DEFAULT_FILTER = (
-    "NodeUnschedulable",
     "NodeName",
+    "NodeUnschedulable",
     "TaintToleration",
     "NodeAffinity",
     "NodePorts",
@@ -916,7 +916,7 @@ MERGES: list[tuple[str, str, str, tuple[Any, ...]]] = [
               disabled: [{name: NodeUnschedulable}]
         """,
         "filter",
-        (*DEFAULT_FILTER[1:], "NodeUnschedulable"),
+        (*(n for n in DEFAULT_FILTER if n != "NodeUnschedulable"), "NodeUnschedulable"),
     ),
     (
         "score-weight-override-at-point",
