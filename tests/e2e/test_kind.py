@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -170,7 +174,7 @@ def test_kscheduler_on_kind_binds_the_example_pod(kind: Kind) -> None:
 
         eventually(scheduled_by_kscheduler, timeout=60, what="a Scheduled event from kscheduler")
 
-        # one replica holds the Lease kube-system/kscheduler (holderIdentity: <pod name>_<random UUID>)
+        # one replica holds the Lease kube-system/kscheduler (holder: <pod name>_<random UUID>)
         lease = kind.kubectl_json("-n", "kube-system", "get", "lease", "kscheduler")
         replicas = kind.kubectl_json(
             "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=kscheduler"
@@ -179,13 +183,64 @@ def test_kscheduler_on_kind_binds_the_example_pod(kind: Kind) -> None:
         holder = lease["spec"].get("holderIdentity", "")
         assert holder.rsplit("_", 1)[0] in names, (holder, names)
 
-        # /metrics through the Service (the path Prometheus scrapes)
-        metrics = kind.kubectl(
-            "get",
-            "--raw",
-            "/api/v1/namespaces/kube-system/services/kscheduler:metrics/proxy/metrics",
+        # /metrics over HTTPS through the Service, with a ServiceAccount token bound to
+        # kscheduler:metrics-reader (what Prometheus does); without a token: 401
+        binding = f"kscheduler-metrics-{ns}"
+        kind.kubectl(
+            "create",
+            "clusterrolebinding",
+            binding,
+            "--clusterrole=kscheduler:metrics-reader",
+            f"--serviceaccount={ns}:default",
         )
+        token = kind.kubectl("-n", ns, "create", "token", "default").strip()
+        status, metrics = scrape_through_port_forward(kind, token)
+        assert status == 200, metrics
         assert "scheduler_schedule_attempts_total" in metrics
         assert "leader_election_master_status" in metrics
+        assert scrape_through_port_forward(kind, None)[0] == 401
     finally:
+        kind.kubectl("delete", "clusterrolebinding", f"kscheduler-metrics-{ns}", check=False)
         kind.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def scrape_through_port_forward(k: Kind, token: str | None) -> tuple[int, str]:
+    """GET https://<Service kscheduler>:10259/metrics via kubectl port-forward."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    forward = subprocess.Popen(
+        [
+            "kubectl",
+            f"--kubeconfig={k.kubeconfig}",
+            "-n",
+            "kube-system",
+            "port-forward",
+            "svc/kscheduler",
+            f"{port}:10259",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the self-signed certificate made at start
+    request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+
+    def get() -> tuple[int, str] | None:
+        try:
+            with urllib.request.urlopen(request, context=ctx, timeout=10) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode()
+        except OSError:
+            return None  # the forward is not up yet
+
+    try:
+        answer: tuple[int, str] = eventually(get, timeout=60, what="a port-forwarded scrape")
+        return answer
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
