@@ -1,0 +1,328 @@
+"""`kscheduler explain -f` against the real control plane (with its controllers) agrees
+with what the daemon then does when the manifests are applied."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kscheduler.controlplane.builders import create_nodes, create_pods, make_node, make_pod, taint
+from kscheduler.controlplane.harness import ControlPlane
+from kscheduler.controlplane.rest import RestClient
+from tests.integration.runner import SCHEDULER, running_kscheduler, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PATHS = {
+    "Pod": "/api/v1/namespaces/{ns}/pods",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets",
+    "StatefulSet": "/apis/apps/v1/namespaces/{ns}/statefulsets",
+    "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    "Job": "/apis/batch/v1/namespaces/{ns}/jobs",
+    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+}
+
+
+def template(labels: dict[str, str], cpu: str, memory: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": labels},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def controller(kind: str, name: str, replicas: int | None, tmpl: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": tmpl["metadata"]["labels"]},
+        "template": tmpl,
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+async def what_if(
+    cp: ControlPlane, tmp: Path, namespace: str, *docs: dict[str, Any], extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """explain -f (one file per document, in order) -o json, as the scheduler's identity."""
+    args: list[str] = []
+    for i, d in enumerate(docs):
+        f = tmp / f"doc-{i}.yaml"
+        f.write_text(yaml.safe_dump(d))
+        args += ["-f", str(f)]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kscheduler",
+        "explain",
+        *args,
+        *extra,
+        "-n",
+        namespace,
+        "-o",
+        "json",
+        "--kubeconfig",
+        str(cp.scheduler_kubeconfig),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+async def apply(rest: RestClient, namespace: str, doc: dict[str, Any]) -> None:
+    body = json.loads(json.dumps(doc))
+    body["metadata"]["namespace"] = namespace
+    await rest.post(PATHS[doc["kind"]].format(ns=namespace), body)
+
+
+async def pods_of(rest: RestClient, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return await rest.list(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": selector})
+
+
+def pending_message(pod: dict[str, Any]) -> str:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return str(c.get("message") or "")
+    return ""
+
+
+async def settle(
+    rest: RestClient, namespace: str, selector: str, expected: int, pending: int
+) -> tuple[Counter[str], list[str]]:
+    """Wait until ``expected`` pods exist, all but ``pending`` bound and those marked
+    unschedulable; returns (nodes bound to, messages of the pending pods)."""
+
+    async def check() -> tuple[Counter[str], list[str]] | None:
+        pods = await pods_of(rest, namespace, selector)
+        if len(pods) != expected:
+            return None
+        bound = Counter(p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName"))
+        messages = [pending_message(p) for p in pods if not p["spec"].get("nodeName")]
+        if sum(bound.values()) != expected - pending or not all(messages):
+            return None
+        return bound, messages
+
+    result: tuple[Counter[str], list[str]] = await wait_for(
+        check, timeout=60, what=f"{expected} pods of {selector} settled"
+    )
+    return result
+
+
+def predicted(data: dict[str, Any], workload: str) -> tuple[Counter[str], list[str]]:
+    nodes: Counter[str] = Counter()
+    errors: list[str] = []
+    for p in data["placements"]:
+        if p["workload"] != workload:
+            continue
+        # a scenario without ties: the daemon's placements are then fixed
+        assert p["node"] is None or len(p["bestNodes"]) == 1, p
+        if p["node"]:
+            nodes[p["node"]] += 1
+        else:
+            errors.append(p["fitError"])
+    return nodes, errors
+
+
+def three_nodes() -> list[dict[str, Any]]:
+    return [
+        make_node("n1", cpu="8", memory="16Gi"),
+        make_node("n2", cpu="6", memory="20Gi"),
+        make_node("n3", cpu="4", memory="12Gi"),
+        make_node("n4", cpu="16", memory="64Gi", taints=[taint("dedicated", "db")]),
+    ]
+
+
+async def test_deployment_what_if_and_max_match_the_daemon(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    await create_nodes(rest, three_nodes())
+    tmpl = template({"app": "web"}, "3", "1Gi")
+    one = controller("Deployment", "web", 1, tmpl)
+    data = await what_if(control_plane, tmp_path, namespace, one, extra=("--max",))
+    fit = data["max"]["fit"]
+    assert fit == 5 and data["max"]["perNode"] == {"n1": 2, "n2": 2, "n3": 1}, data["max"]
+    reason = data["max"]["next"]["fitError"]
+    assert reason.startswith(
+        "0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 Insufficient cpu."
+    )
+    assert data["placements"] == []
+
+    # what if fit + 1 replicas: the same answer, replica by replica
+    dep = controller("Deployment", "web", fit + 1, tmpl)
+    data = await what_if(control_plane, tmp_path, namespace, dep)
+    nodes, errors = predicted(data, f"Deployment/{namespace}/web")
+    assert nodes == Counter({"n1": 2, "n2": 2, "n3": 1}) and errors == [reason]
+    assert await pods_of(rest, namespace, "app=web") == [], "the what-if created pods"
+
+    async with running_kscheduler(control_plane):
+        await apply(rest, namespace, dep)
+        bound, messages = await settle(rest, namespace, "app=web", fit + 1, 1)
+    assert bound == nodes
+    assert messages == [reason]
+
+
+async def test_several_files_in_order_replicaset_job_pod(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    await create_nodes(rest, three_nodes())
+    rs = controller("ReplicaSet", "front", 3, template({"app": "front"}, "1500m", "2Gi"))
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "crunch"},
+        "spec": {
+            "parallelism": 3,
+            "completions": 6,
+            "template": template({"app": "crunch"}, "1", "3Gi", restartPolicy="Never"),
+        },
+    }
+    solo = make_pod("solo", namespace, cpu="2", memory="1Gi", scheduler_name=SCHEDULER)
+    solo["metadata"]["labels"] = {"app": "solo"}
+    data = await what_if(control_plane, tmp_path, namespace, rs, job, solo)
+    expect = [
+        ("ReplicaSet/{ns}/front", "app=front", 3),
+        ("Job/{ns}/crunch", "app=crunch", 3),
+        ("Pod/{ns}/solo", "app=solo", 1),
+    ]
+    assert [p["workload"] for p in data["placements"]] == [
+        w.format(ns=namespace) for w, _, n in expect for _ in range(n)
+    ]
+    async with running_kscheduler(control_plane):
+        for doc, (workload, selector, n) in zip((rs, job, solo), expect, strict=True):
+            nodes, errors = predicted(data, workload.format(ns=namespace))
+            assert not errors
+            await apply(rest, namespace, doc)
+            bound, _ = await settle(rest, namespace, selector, n, 0)
+            assert bound == nodes, (workload, bound, nodes)
+
+
+async def test_statefulset_claims_follow_the_what_if(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    await create_nodes(rest, three_nodes())
+    sc_name = f"wffc-{namespace}"
+    await rest.post(
+        "/apis/storage.k8s.io/v1/storageclasses",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": sc_name},
+            "provisioner": "example.com/nowhere",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
+    try:
+        sts = controller("StatefulSet", "db", 2, template({"app": "db"}, "3", "4Gi"))
+        sts["spec"]["podManagementPolicy"] = "Parallel"
+        sts["spec"]["serviceName"] = "db"
+        sts["spec"]["volumeClaimTemplates"] = [
+            {
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": sc_name,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        ]
+        data = await what_if(control_plane, tmp_path, namespace, sts)
+        placements = data["placements"]
+        assert [p["pod"] for p in placements] == [f"{namespace}/db-0", f"{namespace}/db-1"]
+        assert [p["claims"] for p in placements] == [["data-db-0"], ["data-db-1"]]
+        nodes, errors = predicted(data, f"StatefulSet/{namespace}/db")
+        assert not errors
+        claims = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+        assert await rest.list(claims) == [], "the what-if created claims"
+        async with running_kscheduler(control_plane):
+            await apply(rest, namespace, sts)
+
+            async def selected() -> Counter[str] | None:
+                got = Counter(
+                    (c["metadata"].get("annotations") or {}).get(
+                        "volume.kubernetes.io/selected-node", ""
+                    )
+                    for c in await rest.list(claims)
+                )
+                return got if sum(got.values()) == 2 and "" not in got else None
+
+            # the daemon chose the nodes and handed them to provisioning (nothing
+            # provisions this class, so the pods stay in PreBind)
+            chosen = await wait_for(selected, timeout=60, what="claims with a selected node")
+        assert chosen == nodes
+    finally:
+        await rest.delete(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
+
+
+async def test_daemonset_one_pod_per_node_and_the_full_one_pending(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    await create_nodes(
+        rest,
+        [
+            make_node("d1", cpu="4", memory="8Gi"),
+            make_node("d2", cpu="4", memory="8Gi"),
+            make_node("d3", cpu="4", memory="8Gi", labels={"pool": "other"}),
+            make_node("d4", cpu="4", memory="8Gi", taints=[taint("dedicated", "db")]),
+        ],
+    )
+    await create_pods(rest, [make_pod("hog", namespace, cpu="3500m", node_name="d2")])
+    ds = controller("DaemonSet", "agent", None, template({"app": "agent"}, "1", "256Mi"))
+    ds["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "DoesNotExist"}]}
+                ]
+            }
+        }
+    }
+    data = await what_if(control_plane, tmp_path, namespace, ds)
+    nodes, errors = predicted(data, f"DaemonSet/{namespace}/agent")
+    assert nodes == Counter({"d1": 1}), data["placements"]
+    assert len(errors) == 1 and errors[0].startswith("0/4 nodes are available: 1 Insufficient cpu")
+    async with running_kscheduler(control_plane):
+        await apply(rest, namespace, ds)
+        bound, messages = await settle(rest, namespace, "app=agent", 2, 1)
+    assert bound == nodes
+    assert messages == errors
