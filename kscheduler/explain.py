@@ -22,6 +22,11 @@ Output: a table (``-o table``, the default, at most ``--limit`` nodes plus a
 histogram of the rest), or every node's verdict as JSON/YAML (``-o json|yaml``)
 with machine-readable fields: plugin, Status code, reasons, scores.
 
+``kscheduler explain -f FILE [-f FILE ...] [--max]`` asks the same of pods that do
+not exist yet: the pods the manifests' controllers would create, placed one after
+another (see :mod:`kscheduler.whatif`); a bad manifest exits 2 with its file,
+document and field.
+
 Exit status: 0 when the pod was evaluated (whether or not it fits), 1 when the
 pod does not exist, the cluster cannot be read or a plugin fails, 2 for bad flags
 or a bad config file.

@@ -388,7 +388,13 @@ def test_preemption_names_its_victims_and_the_what_if_carries_on() -> None:
 def test_pdb_from_the_manifests_steers_preemption() -> None:
     nodes = [node(n).alloc(cpu="2", memory="8Gi", pods="110").record() for n in ("n1", "n2")]
     guarded = pod("guarded", "default").req(cpu="2").labels(app="db").priority(0).build()
-    free = pod("free", "default").req(cpu="2").labels(app="cache").priority(0).build()
+    # without a PDB the less important victim (guarded, priority 0) would go
+    free = pod("free", "default").req(cpu="2").labels(app="cache").priority(10).build()
+    app, kube = app_with(nodes, [guarded.with_node("n1"), free.with_node("n2")])
+    dep = deployment("web", 1, req={"cpu": "1"}, priorityClassName="high")
+    classes = [{"metadata": {"name": "high"}, "value": 1000}]
+    (unguarded,) = run(app, kube, docs_of(dep), priority_classes=classes).placements
+    assert unguarded.evictions == ["default/guarded"]
     app, kube = app_with(nodes, [guarded.with_node("n1"), free.with_node("n2")])
     pdb = {
         "apiVersion": "policy/v1",
@@ -396,8 +402,6 @@ def test_pdb_from_the_manifests_steers_preemption() -> None:
         "metadata": {"name": "db"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
     }
-    dep = deployment("web", 1, req={"cpu": "1"}, priorityClassName="high")
-    classes = [{"metadata": {"name": "high"}, "value": 1000}]
     r = run(app, kube, docs_of(pdb, dep), priority_classes=classes)
     assert r.objects == ["PodDisruptionBudget default/db"]
     (p,) = r.placements
