@@ -110,6 +110,10 @@ class EventHandlers:
         elif self._ours(new):
             if old.resource_version == new.resource_version and old.raw is new.raw:
                 return
+            if self.cache.is_assumed(new.uid):
+                # in its binding cycle (e.g. our own nominatedNodeName write): the
+                # cache already places it, a nomination would count it twice
+                return
             self.queue.update(new)
         elif self._ours(old):
             self.queue.delete(new.uid)  # its schedulerName changed away from us

@@ -22,6 +22,7 @@ from kscheduler.cache import Cache, Snapshot
 from kscheduler.events import micro_time
 from kscheduler.extender import HTTPExtender, bind_with_extenders, close_extenders
 from kscheduler.framework.cycle_state import PODS_TO_ACTIVATE_KEY, CycleState
+from kscheduler.framework.features import GATES
 from kscheduler.framework.runtime import Framework
 from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import PodInfo, QueuedPodInfo
@@ -358,13 +359,39 @@ class Scheduler:
             self.queue.activate(list(uids))
             uids.clear()
 
-    def _fail_status(self, fwk: Framework, qp: QueuedPodInfo, st: Status, start: float) -> None:
+    def _fail_status(
+        self,
+        fwk: Framework,
+        qp: QueuedPodInfo,
+        st: Status,
+        start: float,
+        *,
+        nominated: str | None = None,
+    ) -> None:
         if st.is_rejection():
             if st.plugin:
                 qp.unschedulable_plugins = {st.plugin}
-            self._fail(fwk, qp, st, REASON_UNSCHEDULABLE, st.message, start, result=UNSCHEDULABLE)
+            self._fail(
+                fwk,
+                qp,
+                st,
+                REASON_UNSCHEDULABLE,
+                st.message,
+                start,
+                result=UNSCHEDULABLE,
+                nominated=nominated,
+            )
         else:
-            self._fail(fwk, qp, st, REASON_SCHEDULER_ERROR, st.message, start, result=ERROR)
+            self._fail(
+                fwk,
+                qp,
+                st,
+                REASON_SCHEDULER_ERROR,
+                st.message,
+                start,
+                result=ERROR,
+                nominated=nominated,
+            )
 
     # ---- binding cycle ---------------------------------------------------------------------------
     async def _binding_cycle(
@@ -379,7 +406,11 @@ class Scheduler:
     ) -> None:
         st: Status | None
         try:
-            st = await fwk.wait_on_permit(assumed)
+            st = None
+            if GATES.nominated_node_name_for_expectation:
+                st = await self._expect_node(fwk, state, qp, assumed, node)
+            if st is None:
+                st = await fwk.wait_on_permit(assumed)
             if st is None:
                 st = await fwk.run_pre_bind(state, assumed, node)
             if st is None and not self.may_bind():
@@ -396,8 +427,9 @@ class Scheduler:
             self.cache.forget(assumed.uid)
             # the freed room may help others
             self.queue.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_DELETE, assumed, None)
+            # a failed binding cycle clears the pod's nomination, as kube-scheduler does
             if st.is_rejection():
-                self._fail_status(fwk, qp, st, start)
+                self._fail_status(fwk, qp, st, start, nominated="")
             else:
                 self._fail(
                     fwk,
@@ -408,6 +440,7 @@ class Scheduler:
                     start,
                     result=ERROR,
                     bind_failure=True,
+                    nominated="",
                 )
             return
         self.cache.finish_binding(assumed.uid)
@@ -432,6 +465,39 @@ class Scheduler:
             attempts=qp.attempts,
             duration_ms=round((now - start) * 1000, 2),
         )
+
+    async def _expect_node(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        qp: QueuedPodInfo,
+        assumed: PodInfo,
+        node: str,
+    ) -> Status | None:
+        """NominatedNodeNameForExpectation: run the PreBind pre-flights; when a PreBind
+        plugin will work on the pod, or a Permit plugin makes it wait, write the chosen
+        node into status.nominatedNodeName so that other components (an autoscaler)
+        know where the pod is about to go. A pre-flight error (or rejection, which
+        pre-flights may not give) fails the binding cycle; a failed write does not."""
+        pre_flight = fwk.run_pre_bind_pre_flights(state, assumed, node)
+        if pre_flight is not None and (pre_flight.code == Code.ERROR or pre_flight.is_rejection()):
+            return pre_flight
+        if pre_flight is not None and not fwk.will_wait_on_permit(assumed):
+            return None  # bound right away: nothing to announce
+        if qp.pod.nominated_node_name == node:
+            return None
+        try:
+            await self._writer.patch_pod_status(
+                assumed.namespace, assumed.name, {"status": {"nominatedNodeName": node}}
+            )
+        except Exception as exc:
+            log.warning(
+                "nominated node name update failed", pod=assumed.key, node=node, error=str(exc)
+            )
+            return None
+        # what the server now holds: a failure later clears it (see _binding_cycle)
+        qp.pod.nominated_node_name = node
+        return None
 
     async def _bind(
         self, fwk: Framework, state: CycleState, pod: PodInfo, node: str

@@ -16,6 +16,7 @@ from kscheduler.framework.interface import (
     NodeScore,
     NodeToStatus,
     PostFilterResult,
+    PreBindPreFlightResult,
     PreFilterResult,
     QueueingHint,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "PluginEntry",
     "PodInfo",
     "PostFilterResult",
+    "PreBindPreFlightResult",
     "PreFilterResult",
     "QueuedPodInfo",
     "QueueingHint",

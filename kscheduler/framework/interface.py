@@ -283,6 +283,34 @@ class PreBindPlugin(Plugin, Protocol):
         """Success, Skip, or a failure (the binding cycle fails and the pod is requeued)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PreBindPreFlightResult:
+    """What a PreBind plugin's pre-flight tells the framework besides its Status."""
+
+    #: Its PreBind may run at the same time as the PreBind of the neighbouring plugins
+    #: that allow it too (consecutive such plugins form one concurrent group; a skipped
+    #: plugin that does not allow it still ends the group).
+    allow_parallel: bool = False
+
+
+@runtime_checkable
+class PreBindPreFlightPlugin(Plugin, Protocol):
+    """The pre-flight of a PreBind plugin, run at the start of the binding cycle
+    (NominatedNodeNameForExpectation). Cheap and side-effect free: it says whether
+    PreBind will have work for this pod on this node, it does not do the work.
+
+    Every PreBind plugin should have one. A PreBind plugin without it still runs its
+    PreBind, but is not counted as having work (so it never causes the pod's
+    nominatedNodeName to be set)."""
+
+    def pre_bind_pre_flight(
+        self, state: CycleState, pod: PodInfo, node_name: str
+    ) -> tuple[PreBindPreFlightResult | None, Status | None]:
+        """Success: PreBind will work on the pod (the scheduler then records the node in
+        the pod's status.nominatedNodeName before running it); Skip: nothing to do, its
+        PreBind is not run; Error fails the binding cycle. Any other code is an error."""
+
+
 @runtime_checkable
 class BindPlugin(Plugin, Protocol):
     async def bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:

@@ -26,6 +26,7 @@ from kscheduler.framework.interface import (
     PostFilterPlugin,
     PostFilterResult,
     PreBindPlugin,
+    PreBindPreFlightResult,
     PreemptionExtenders,
     PreEnqueuePlugin,
     PreFilterPlugin,
@@ -636,20 +637,92 @@ class Framework:
         finally:
             self.waiting_pods.pop(pod.uid, None)
 
+    def will_wait_on_permit(self, pod: PodInfo) -> bool:
+        """Whether a Permit plugin made the pod wait (it is among the waiting pods)."""
+        return pod.uid in self.waiting_pods
+
+    def run_pre_bind_pre_flights(
+        self, state: CycleState, pod: PodInfo, node_name: str
+    ) -> Status | None:
+        """Each PreBind plugin's pre-flight. None (Success) when at least one will work
+        on the pod, Skip when none will, an Error status when one fails or answers
+        anything but Success, Skip or Error. Records for PreBind which plugins
+        skipped (their PreBind is not run) and which may run concurrently."""
+        t0 = time.perf_counter()
+        status = self._run_pre_bind_pre_flights(state, pod, node_name)
+        self._observe("PreBindPreFlight", status, t0)
+        return status
+
+    def _run_pre_bind_pre_flights(
+        self, state: CycleState, pod: PodInfo, node_name: str
+    ) -> Status | None:
+        skipped: set[str] = set()
+        parallel: set[str] = set()
+        result: Status | None = Status.skip()
+        for p in self.pre_bind_plugins:
+            pre_flight = getattr(p, "pre_bind_pre_flight", None)
+            if pre_flight is None:
+                continue  # PreBind runs, but the plugin does not claim the pod
+            try:
+                res, st = pre_flight(state, pod, node_name)
+            except Exception as exc:
+                return Status.as_error(f'running PreBindPreFlight "{p.name}": {exc}')
+            if isinstance(res, PreBindPreFlightResult) and res.allow_parallel:
+                parallel.add(p.name)
+            if st is None or st.code == Code.SUCCESS:
+                result = None
+            elif st.code == Code.SKIP:
+                skipped.add(p.name)
+            elif st.code == Code.ERROR:
+                return Status.as_error(f'running PreBindPreFlight "{p.name}": {st.message}')
+            else:
+                return Status.as_error(
+                    f'PreBindPreFlight {p.name} returned "{st.code.label}", which is '
+                    "unsupported. It is supposed to return Success, Skip, or Error status"
+                )
+        state.write(SKIP_PRE_BIND_KEY, skipped)
+        state.write(PARALLEL_PRE_BIND_KEY, parallel)
+        return result
+
     async def run_pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
         t0 = time.perf_counter()
         status = await self._run_pre_bind(state, pod, node_name)
         self._observe("PreBind", status, t0)
         return status
 
-    async def _run_pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+    def pre_bind_groups(self, state: CycleState) -> list[list[PreBindPlugin]]:
+        """The PreBind plugins to run, in order, grouped: consecutive plugins whose
+        pre-flight allowed it share a concurrent group; skipped plugins are left out
+        (but one that does not allow concurrency still closes a group)."""
+        skipped: set[str] = state.get(SKIP_PRE_BIND_KEY) or set()
+        parallel: set[str] = state.get(PARALLEL_PRE_BIND_KEY) or set()
+        groups: list[list[PreBindPlugin]] = []
+        group: list[PreBindPlugin] = []
         for p in self.pre_bind_plugins:
-            try:
-                st = await p.pre_bind(state, pod, node_name)
-            except Exception as exc:
-                return Status.as_error(exc, p.name)
-            if st is not None and st.code not in (Code.SUCCESS, Code.SKIP):
-                return st.with_plugin(p.name)
+            if p.name in parallel:
+                if p.name not in skipped:
+                    group.append(p)
+                continue
+            if group:
+                groups.append(group)
+                group = []
+            if p.name not in skipped:
+                groups.append([p])
+        if group:
+            groups.append(group)
+        return groups
+
+    async def _run_pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        for group in self.pre_bind_groups(state):
+            if len(group) == 1:
+                statuses = [await _pre_bind_one(group[0], state, pod, node_name)]
+            else:
+                statuses = list(
+                    await asyncio.gather(*(_pre_bind_one(p, state, pod, node_name) for p in group))
+                )
+            for st in statuses:
+                if st is not None:
+                    return st
         return None
 
     async def run_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
@@ -679,6 +752,24 @@ class Framework:
     def _observe(self, point: str, status: Status | None, t0: float) -> None:
         if self.observer is not None:
             self.observer.extension_point(point, status, time.perf_counter() - t0)
+
+
+#: CycleState keys the pre-flights leave for PreBind.
+SKIP_PRE_BIND_KEY = "kscheduler.io/skip-pre-bind-plugins"
+PARALLEL_PRE_BIND_KEY = "kscheduler.io/parallel-pre-bind-plugins"
+
+
+async def _pre_bind_one(
+    p: PreBindPlugin, state: CycleState, pod: PodInfo, node_name: str
+) -> Status | None:
+    """One plugin's PreBind: None on Success or Skip, else its status with its name."""
+    try:
+        st = await p.pre_bind(state, pod, node_name)
+    except Exception as exc:
+        return Status.as_error(exc, p.name)
+    if st is not None and st.code not in (Code.SUCCESS, Code.SKIP):
+        return st.with_plugin(p.name)
+    return None
 
 
 def go_list(items: Sequence[str]) -> str:
