@@ -32,8 +32,10 @@ copies one by one in any order; otherwise copies are placed cycle by cycle as
 the daemon would (sampling nodes by percentageOfNodesToScore).
 
 Not modelled: pending pods already in the cluster competing for the same room,
-LimitRange defaults and RuntimeClass overhead (admission), volume binding's
-Reserve step (claims are not bound to volumes between replicas), HTTP extenders.
+LimitRange defaults and RuntimeClass overhead (admission), HTTP extenders.
+Reserve runs after each placement as in the daemon (volume binding keeps the
+volumes it chose for a claim in memory, so the next replica does not count on
+them); Permit and the binding cycle do not.
 """
 
 from __future__ import annotations
@@ -327,8 +329,23 @@ class _Session:
         if pl.node:
             if pl.preempting:
                 self._evict(pl)
+            self.app.snapshot.update()
+            ni = self.app.snapshot.get(pl.node)
+            state = CycleState()
+            _, st, _ = fwk.run_pre_filter(state, pod, self.app.snapshot.node_infos())
+            if st is None and ni is not None:
+                st = fwk.run_filter_with_nominated_pods(state, pod, ni)
             self.assume(pod, raw, pl.node)
+            if st is None:
+                self.reserve(fwk, state, pod, pl.node)
         return pl
+
+    def reserve(self, fwk: Framework, state: CycleState, pod: PodInfo, node: str) -> None:
+        """Reserve, as the daemon runs it after choosing the node: plugins keep what
+        they assume in memory (volume binding: the volumes chosen for the claims)."""
+        st = fwk.run_reserve(state, pod, node)
+        if st is not None:
+            fwk.run_unreserve(state, pod, node)
 
     def _record(self, pl: Placement, ex: Explanation) -> None:
         if ex.error is not None:
@@ -540,13 +557,15 @@ async def _max(s: _Session, doc: Document, w: Workload) -> MaxResult:
             s.add_claims(w, count)
             pod = s.admit(doc, raw)
             app.snapshot.update()
+            state = CycleState()
             try:
-                res = app.algorithm.schedule_pod(fwk, CycleState(), pod, app.snapshot)
+                res = app.algorithm.schedule_pod(fwk, state, pod, app.snapshot)
             except FitError:
                 break
             except ScheduleError as se:
                 raise ExplainError(f"{pod.key}: {se.status.message}") from se
             s.assume(pod, raw, res.suggested_host)
+            s.reserve(fwk, state, pod, res.suggested_host)
             per_node[res.suggested_host] += 1
             count += 1
     # the first copy that does not fit: the full explanation, preemption included

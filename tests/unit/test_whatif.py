@@ -33,6 +33,7 @@ from tests.unit.builders import node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHED = "kscheduler"
+HOST = "kubernetes.io/hostname"
 
 
 def container(cpu: str = "1", memory: str = "1Gi") -> dict[str, Any]:
@@ -560,3 +561,59 @@ def test_cli_bad_manifest_exits_2_naming_file_document_and_field(tmp_path: Path)
     assert res.returncode == 2 and "--max: needs -f FILE" in res.stderr
     res = cli("ns/pod", "-f", str(good))
     assert res.returncode == 2 and "not both" in res.stderr
+
+
+def test_statefulset_replicas_do_not_share_the_volume_reserve_took() -> None:
+    app, kube = app_with(
+        [
+            node(n).alloc(cpu="8", memory="16Gi", pods="110").labels(**{HOST: n}).record()
+            for n in ("n1", "n2")
+        ]
+    )
+    sc = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "local", "uid": "sc", "resourceVersion": "1"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "disk-n2", "uid": "pv", "resourceVersion": "1"},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local",
+            "local": {"path": "/mnt"},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": HOST, "operator": "In", "values": ["n2"]}]}
+                    ]
+                }
+            },
+        },
+        "status": {"phase": "Available"},
+    }
+    for kind, obj in (("storageclasses", sc), ("persistentvolumes", pv)):
+        inf = app.informers.get(kind)
+        assert inf is not None
+        inf.apply("ADDED", obj)
+    sts = statefulset("db", 2, req={"cpu": "1"})
+    sts["spec"]["podManagementPolicy"] = "Parallel"
+    sts["spec"]["volumeClaimTemplates"] = [
+        {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "local",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    ]
+    r = run(app, kube, docs_of(sts))
+    first, second = r.placements
+    assert first.fits and first.node == "n2" and first.claims == ["data-db-0"]
+    assert not second.fits
+    assert "didn't find available persistent volumes to bind" in second.fit_error
