@@ -150,6 +150,13 @@ def run_parser() -> argparse.ArgumentParser:
         "annotations, for these profiles (off by default: anyone who can read the pod "
         "can read them)",
     )
+    p.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="NAME=BOOL[,NAME=BOOL]",
+        help="kube-scheduler feature gates kscheduler implements, with v1.37's defaults "
+        "(see docs/feature-gates.md); an unknown gate is an error",
+    )
     p.add_argument("-v", "--verbose", action="count", default=1, help="more logs (-vv: debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings only")
     p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
@@ -191,8 +198,15 @@ def run_main(argv: list[str]) -> int:
         parser.error("--tls-cert-file and --tls-private-key-file: give both or neither")
 
     from kscheduler.config import ConfigError, load_config
+    from kscheduler.framework import features
     from kscheduler.logs import configure
     from kscheduler.plugins import PluginDiscoveryError, full_registry
+
+    try:
+        features.configure(features.gates_from(features.parse_feature_gates(args.feature_gates)))
+    except features.FeatureGateError as exc:
+        print(f"kscheduler: --feature-gates: {exc}", file=sys.stderr)
+        return 2
 
     try:
         registry = full_registry()

@@ -28,6 +28,8 @@ class GateSpec:
     #: The only value kscheduler accepts (a gate locked upstream, or one kscheduler
     #: implements only on); None: both values work.
     locked: bool | None = None
+    #: Whether upstream locks it too (only the message differs).
+    upstream_locked: bool = False
 
 
 #: Every gate ``--feature-gates`` accepts, with v1.37's default.
@@ -35,9 +37,45 @@ KNOWN: Mapping[str, GateSpec] = {
     SCHEDULER_POP_FROM_BACKOFF_Q: GateSpec(True, "BETA"),
     POD_LEVEL_RESOURCES: GateSpec(True, "BETA"),
     NOMINATED_NODE_NAME_FOR_EXPECTATION: GateSpec(True, "BETA"),
-    NODE_DECLARED_FEATURES: GateSpec(True, "GA", locked=True),
+    NODE_DECLARED_FEATURES: GateSpec(True, "GA", locked=True, upstream_locked=True),
     SCHEDULER_ASYNC_PREEMPTION: GateSpec(True, "BETA", locked=True),
 }
+
+
+#: kube-scheduler gates of v1.37 that kscheduler does not implement (named as such
+#: in the error, rather than as unknown).
+NOT_IMPLEMENTED = frozenset(
+    {
+        "OpportunisticBatching",
+        "GenericWorkload",
+        "StorageCapacityScoring",
+        "VolumeLimitScaling",
+        "InPlacePodVerticalScaling",
+        "InPlacePodLevelResourcesVerticalScaling",
+        "InPlacePodVerticalScalingSchedulerPreemption",
+        "SchedulerAsyncAPICalls",
+        "TaintTolerationComparisonOperators",
+        "TopologyAwareWorkloadScheduling",
+        "CompositePodGroup",
+        "PodGroupPreemptionPolicy",
+        "InterPodAffinityHostnameFastPath",
+        "SchedulerPreQueueingHints",
+        "ClearingNominatedNodeNameAfterBinding",
+        "DynamicResourceAllocation",
+        "DRAPrioritizedList",
+        "DRAAdminAccess",
+        "DRAExtendedResource",
+        "DRADeviceTaints",
+        "DRADeviceTaintRules",
+        "DRAResourceClaimDeviceStatus",
+        "DRAPartitionableDevices",
+        "DRAConsumableCapacity",
+        "DRADeviceBindingConditions",
+        "DRASchedulerFilterTimeout",
+        "DRAFractionalCapacityRange",
+        "DRAWorkloadResourceClaims",
+    }
+)
 
 
 class FeatureGateError(ValueError):
@@ -91,13 +129,22 @@ def parse_feature_gates(value: str) -> dict[str, bool]:
         spec = KNOWN.get(name)
         if spec is None:
             known = ", ".join(sorted(KNOWN))
+            if name in NOT_IMPLEMENTED:
+                raise FeatureGateError(
+                    f"feature gate {name} is not implemented by kscheduler (it implements: {known})"
+                )
             raise FeatureGateError(
                 f"unrecognized feature gate: {name} (kscheduler implements: {known})"
             )
         if spec.locked is not None and on != spec.locked:
+            value = str(spec.locked).lower()
             raise FeatureGateError(
                 f"cannot set feature gate {name} to {str(on).lower()}, "
-                f"feature is locked to {str(spec.locked).lower()}"
+                + (
+                    f"feature is locked to {value}"
+                    if spec.upstream_locked
+                    else f"kscheduler implements it only as {value}"
+                )
             )
         out[name] = on
     return out
