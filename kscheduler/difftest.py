@@ -21,7 +21,7 @@ Scenario format::
       - {name: "n{i}", count: 3, cpu: "2", memory: 4Gi, pods: 110,
          labels: {zone: "z{i}"}, taints: ["dedicated=gpu:NoSchedule"],
          images: {"nginx:1.25": 500000000}, unschedulable: false,
-         extended: {example.com/gpu: 2}}
+         extended: {example.com/gpu: 2}, declaredFeatures: [VolumeBindMountOptions]}
     objects: [...]                      # raw objects (Service, PV, PVC, StorageClass,
                                         # CSINode, PDB ...); a "status" is written after create
     existingPods:                       # created already bound (node: is spec.nodeName)
@@ -217,7 +217,7 @@ _SCENARIO_KEYS = _keys(
 _NODE_KEYS = _keys(
     """
     name count cpu memory pods labels annotations taints images unschedulable extended
-    ephemeralStorage allocatable ready
+    ephemeralStorage allocatable ready declaredFeatures
     """
 )
 _POD_KEYS = _keys(
@@ -439,6 +439,9 @@ def _nodes(raw: Any, where: str) -> list[JSON]:
             allocatable=f.string_map("allocatable") or None,
             ready=bool(f.get("ready", bool, True)),
         )
+        declared = f.items("declaredFeatures")
+        if declared:
+            node.setdefault("status", {})["declaredFeatures"] = [str(x) for x in declared]
         out.append(node)
     return out
 
