@@ -312,11 +312,6 @@ class SchedulerApp:
             renew_deadline=le.renew_deadline,
             retry_period=le.retry_period,
         )
-        log.info(
-            "leader election",
-            lease=f"{le.resource_namespace}/{le.resource_name}",
-            identity=self.identity,
-        )
         while not stop.is_set():
             acquired = await _until(self.elector.acquire(), stop)
             if not acquired:

@@ -112,7 +112,7 @@ class Replica:
     def owns(self, holder: str) -> bool:
         """``holder`` is the identity this replica announced when it began its election."""
         return any(
-            e.get("event") == "leader election" and e.get("identity") == holder
+            e.get("event") == "waiting for the leader lease" and e.get("identity") == holder
             for e in self.events()
         )
 

@@ -579,7 +579,7 @@ class Replica:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if entry.get("event") == "leader election":
+            if entry.get("event") == "waiting for the leader lease":
                 return str(entry["identity"])
         return ""
 
