@@ -18,6 +18,7 @@ POD_LEVEL_RESOURCES = "PodLevelResources"
 NOMINATED_NODE_NAME_FOR_EXPECTATION = "NominatedNodeNameForExpectation"
 NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
 SCHEDULER_ASYNC_PREEMPTION = "SchedulerAsyncPreemption"
+VOLUME_LIMIT_SCALING = "VolumeLimitScaling"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ KNOWN: Mapping[str, GateSpec] = {
     NOMINATED_NODE_NAME_FOR_EXPECTATION: GateSpec(True, "BETA"),
     NODE_DECLARED_FEATURES: GateSpec(True, "GA", locked=True, upstream_locked=True),
     SCHEDULER_ASYNC_PREEMPTION: GateSpec(True, "BETA", locked=True),
+    VOLUME_LIMIT_SCALING: GateSpec(True, "BETA"),
 }
 
 
@@ -49,7 +51,6 @@ NOT_IMPLEMENTED = frozenset(
         "OpportunisticBatching",
         "GenericWorkload",
         "StorageCapacityScoring",
-        "VolumeLimitScaling",
         "InPlacePodVerticalScaling",
         "InPlacePodLevelResourcesVerticalScaling",
         "InPlacePodVerticalScalingSchedulerPreemption",
@@ -88,6 +89,7 @@ class FeatureGates:
     pod_level_resources: bool = True
     nominated_node_name_for_expectation: bool = True
     node_declared_features: bool = True
+    volume_limit_scaling: bool = True
 
     def enabled(self, name: str) -> bool:
         return {
@@ -95,6 +97,7 @@ class FeatureGates:
             POD_LEVEL_RESOURCES: self.pod_level_resources,
             NOMINATED_NODE_NAME_FOR_EXPECTATION: self.nominated_node_name_for_expectation,
             NODE_DECLARED_FEATURES: self.node_declared_features,
+            VOLUME_LIMIT_SCALING: self.volume_limit_scaling,
         }.get(name, KNOWN[name].default if name in KNOWN else False)
 
 
@@ -161,6 +164,7 @@ def gates_from(settings: Mapping[str, bool]) -> FeatureGates:
         pod_level_resources=get(POD_LEVEL_RESOURCES),
         nominated_node_name_for_expectation=get(NOMINATED_NODE_NAME_FOR_EXPECTATION),
         node_declared_features=get(NODE_DECLARED_FEATURES),
+        volume_limit_scaling=get(VOLUME_LIMIT_SCALING),
     )
 
 

@@ -46,6 +46,7 @@ from kscheduler.framework import (
     QueueingHint,
     Status,
 )
+from kscheduler.framework.features import GATES
 from kscheduler.framework.interface import ObjectLister
 from kscheduler.framework.storage import claim_storage_class, owned_by_pod
 
@@ -138,8 +139,11 @@ class _State:
 class NodeVolumeLimits:
     name = NAME
 
-    def __init__(self, objects: ObjectLister) -> None:
+    def __init__(self, objects: ObjectLister, *, volume_limit_scaling: bool = True) -> None:
         self._objects = objects
+        #: VolumeLimitScaling (beta, on in 1.37): a CSIDriver with
+        #: preventPodSchedulingIfMissing keeps pods off nodes without that driver.
+        self._volume_limit_scaling = volume_limit_scaling
         #: Unbound claims get handles no real volume has.
         self._handle_prefix = secrets.token_hex(16)
 
@@ -148,7 +152,24 @@ class NodeVolumeLimits:
         for kind in ("persistentvolumeclaims", "persistentvolumes", "storageclasses", "csinodes"):
             handle.objects.list(kind)  # start the informers before sync
         _list_optional(handle.objects, "volumeattachments")
-        return cls(handle.objects)
+        _list_optional(handle.objects, "csidrivers")
+        return cls(handle.objects, volume_limit_scaling=GATES.volume_limit_scaling)
+
+    def _driver_installed(self, driver: str, csi_node: Mapping[str, Any] | None) -> bool:
+        """Whether the node has ``driver``; a driver without a CSIDriver object, or one
+        that does not set preventPodSchedulingIfMissing, counts as installed."""
+        try:
+            obj = self._objects.get("csidrivers", "", driver)
+        except (KeyError, LookupError, ValueError):
+            return True  # CSIDriver not served: nothing opts in
+        if obj is None or _dict(obj.get("spec")).get("preventPodSchedulingIfMissing") is not True:
+            return True
+        if csi_node is None:
+            return False
+        return any(
+            isinstance(d, dict) and d.get("name") == driver
+            for d in _dict(csi_node.get("spec")).get("drivers") or ()
+        )
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [
@@ -186,6 +207,10 @@ class NodeVolumeLimits:
             return status
         if not new:
             return None
+        if self._volume_limit_scaling:
+            for driver in sorted(set(new.values())):
+                if not self._driver_installed(driver, csi_node):
+                    return Status.unschedulable(f"{driver} CSI driver is not installed on the node")
         limits = volume_limits(csi_node)
         if not limits:
             return None

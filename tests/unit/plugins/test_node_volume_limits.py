@@ -289,3 +289,53 @@ def test_hints() -> None:
     assert claim_added is not None
     assert claim_added(p, None, pvc("c1")) is QueueingHint.QUEUE
     assert claim_added(p, None, pvc("c2")) is QueueingHint.SKIP
+
+
+def csi_driver(name: str, prevent: bool | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if prevent is not None:
+        spec["preventPodSchedulingIfMissing"] = prevent
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("drivers", "csinodes", "scaling", "message"),
+    [
+        # the driver opts in and the node lacks it (no CSINode, or one without it)
+        ([csi_driver(DRIVER, True)], [], True, f"{DRIVER} CSI driver is not installed on the node"),
+        (
+            [csi_driver(DRIVER, True)],
+            [csi_node("n", {"other.example.com": 5})],
+            True,
+            f"{DRIVER} CSI driver is not installed on the node",
+        ),
+        # the node has it
+        ([csi_driver(DRIVER, True)], [csi_node("n", {DRIVER: None})], True, None),
+        # no opt-in, or no CSIDriver object: counts as installed
+        ([csi_driver(DRIVER, False)], [], True, None),
+        ([csi_driver(DRIVER, None)], [], True, None),
+        ([], [], True, None),
+        # VolumeLimitScaling off: no check
+        ([csi_driver(DRIVER, True)], [], False, None),
+    ],
+)
+def test_driver_must_be_installed(
+    drivers: list[dict[str, Any]],
+    csinodes: list[dict[str, Any]],
+    scaling: bool,
+    message: str | None,
+) -> None:
+    objects = base_objects()
+    objects["csinodes"] = csinodes
+    objects["csidrivers"] = drivers
+    pl = NodeVolumeLimits(FakeObjects(objects), volume_limit_scaling=scaling)
+    p = claim_pod("p", "c1")
+    ni = node("n").build()
+    state = CycleState()
+    _, st = pl.pre_filter(state, p, [ni])
+    assert st is None
+    got = pl.filter(state, p, ni)
+    if message is None:
+        assert got is None
+    else:
+        assert got is not None and got.code == Code.UNSCHEDULABLE and got.reasons == [message]
