@@ -662,6 +662,9 @@ class ControlPlane:
             f"--secure-port={secure_port}",
             f"--bind-address={LOOPBACK}",
             f"--advertise-address={LOOPBACK}",
+            # 1.37 refuses a loopback address for the `kubernetes` Service's endpoints;
+            # nothing here routes through that Service (no kube-proxy)
+            "--endpoint-reconciler-type=none",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--authorization-mode=RBAC",
             f"--token-auth-file={token_file}",
@@ -720,6 +723,8 @@ class ControlPlane:
             f"--cidr={POD_CIDR}",
             f"--node-ip={LOOPBACK}",
             f"--server-address={LOOPBACK}:{self._kwok_port}",
+            # a kubelet's default: the node lifecycle controller sees the Lease renewed
+            "--node-lease-duration-seconds=40",
             *(f"--config={p}" for p in [*stages, pod_delete]),
         ]
         self._controller_manager = ManagedProcess(

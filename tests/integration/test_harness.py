@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kscheduler.controlplane.binaries import ETCD_VERSION, K8S_VERSION
+from kscheduler.controlplane.binaries import ETCD_VERSION, K8S_VERSION, KWOK_VERSION
 from kscheduler.controlplane.builders import (
     create_nodes,
     create_pods,
@@ -30,9 +30,12 @@ REPO = Path(__file__).resolve().parents[2]
 def test_pinned_versions_match_go_mod() -> None:
     go_mod = (REPO / "hack" / "controlplane" / "go.mod").read_text()
     k8s = re.search(r"^require k8s\.io/kubernetes (\S+)", go_mod, re.MULTILINE)
-    etcd = re.search(r"^\s*go\.etcd\.io/etcd/server/v3 (\S+)", go_mod, re.MULTILINE)
+    etcd = re.search(r"\sgo\.etcd\.io/etcd/server/v3 (\S+)", go_mod)
     assert k8s and etcd, "go.mod no longer pins k8s.io/kubernetes and etcd server"
     assert (k8s.group(1), etcd.group(1)) == (K8S_VERSION, ETCD_VERSION)
+    script = (REPO / "hack" / "build-control-plane.sh").read_text()
+    kwok = re.search(r'^kwok_version="(\S+)"', script, re.MULTILINE)
+    assert kwok and kwok.group(1) == KWOK_VERSION
 
 
 async def test_apiserver_ready(control_plane: ControlPlane, rest: RestClient) -> None:
