@@ -2,12 +2,12 @@
 
 kube-scheduler (1.34+) enables DynamicResources by default, right before
 DefaultPreemption, so its PostFilter speaks first when a pod fits nowhere. For a
-pod without ``spec.resourceClaims`` that shows in every FailedScheduling message
-as "no new claims to deallocate", before the preemption part. This plugin
+pod without ``spec.resourceClaims`` it answers a bare Unschedulable (1.37: no
+reason, so nothing of it shows in the FailedScheduling message). This plugin
 reproduces exactly that:
 
 * PreFilter records that it ran and returns Skip for a pod without claims.
-* PostFilter answers Unschedulable "no new claims to deallocate". When its
+* PostFilter answers Unschedulable without a reason. When its
   PreFilter did not run (an earlier PreFilter rejected the pod as
   UnschedulableAndUnresolvable) it fails with Error "not found", as upstream does
   on its missing cycle state; the framework then stops PostFilter there, so no
@@ -40,7 +40,6 @@ from kscheduler.framework import (
 NAME = "DynamicResources"
 STATE_KEY = "PreFilter" + NAME
 
-MSG_NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
 #: What upstream's PostFilter reports when its cycle state is missing.
 MSG_STATE_NOT_FOUND = "not found"
 MSG_CLAIMS_UNSUPPORTED = (
@@ -79,7 +78,7 @@ class DynamicResources:
         Error when PreFilter did not run."""
         if state.get(STATE_KEY) is None:
             return None, Status.as_error(MSG_STATE_NOT_FOUND)
-        return None, Status.unschedulable(MSG_NO_CLAIMS_TO_DEALLOCATE)
+        return None, Status.unschedulable()
 
 
 ENTRY = PluginEntry(NAME, DynamicResources, DynamicResources.new)

@@ -66,6 +66,7 @@ from kscheduler.framework import (
     NodeInfo,
     PluginEntry,
     PodInfo,
+    PreBindPreFlightResult,
     PreFilterResult,
     QueueingHint,
     Status,
@@ -516,6 +517,22 @@ class VolumeBinding:
             self._assumed_pvcs.pop(claim.key, None)
 
     # ---- PreBind -----------------------------------------------------------------------
+    def pre_bind_pre_flight(
+        self, state: CycleState, pod: PodInfo, node_name: str
+    ) -> tuple[PreBindPreFlightResult | None, Status | None]:
+        """Skip when every claim is bound already; Success when PreBind has bindings to
+        write (the pod's nominatedNodeName is then set first); Error without PreFilter
+        state or without volumes for the node. Its PreBind may run in parallel."""
+        result = PreBindPreFlightResult(allow_parallel=True)
+        data = state.get(STATE_KEY)
+        if not isinstance(data, _CycleData):
+            return result, Status.as_error(f'reading "{STATE_KEY}" from cycleState: not found')
+        if data.all_bound:
+            return result, Status.skip()
+        if node_name not in data.by_node:
+            return result, Status.as_error(f'no pod volumes found for node "{node_name}"')
+        return result, None
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
         """Write the bindings and wait for the claims to be bound; Error on API failure,
         failed provisioning or timeout (the pod is retried)."""

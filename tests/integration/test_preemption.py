@@ -433,12 +433,12 @@ async def test_failed_scheduling_messages_match_word_for_word(
         assert ours == theirs, name
     assert msgs["mixed"][1] == (
         "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu. "
-        "no new claims to deallocate, preemption: 0/3 nodes are available: 1 Insufficient cpu, "
+        "preemption: 0/3 nodes are available: 1 Insufficient cpu, "
         "1 No preemption victims found for incoming pod, "
         "1 Preemption is not helpful for scheduling."
     )
     assert msgs["never"][1].endswith(
-        " no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never."
+        " preemption: not eligible due to preemptionPolicy=Never."
     )
 
 

@@ -547,8 +547,7 @@ async def test_full_post_filter_message_with_dynamic_resources_first() -> None:
     _, st = await env.preempt(preemptor("1"), run_all=True)
     assert st is not None
     assert st.message == (
-        "no new claims to deallocate, preemption: 0/2 nodes are available: "
-        f"1 {MSG_NO_VICTIMS}, 1 {MSG_NOT_HELPFUL}."
+        f"preemption: 0/2 nodes are available: 1 {MSG_NO_VICTIMS}, 1 {MSG_NOT_HELPFUL}."
     )
 
 

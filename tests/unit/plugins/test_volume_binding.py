@@ -690,3 +690,22 @@ def test_events_and_hints() -> None:
     assert hint(EventResource.CSI_NODE, None, csinode) is QueueingHint.QUEUE
     assert hint(EventResource.CSI_NODE, csinode, migrated) is QueueingHint.QUEUE
     assert hint(EventResource.CSI_NODE, migrated, migrated) is QueueingHint.SKIP
+
+
+def test_pre_bind_pre_flight() -> None:
+    # every claim bound: nothing for PreBind to do
+    env = Env({PVCS: [pvc("c", volume="v1", bound=True)], PVS: [pv("v1")]})
+    p = claim_pod("c")
+    state, _, _ = env.cycle(p)
+    assert env.plugin.reserve(state, p, "n1") is None
+    result, st = env.plugin.pre_bind_pre_flight(state, p, "n1")
+    assert result is not None and result.allow_parallel
+    assert st is not None and st.code == Code.SKIP
+    # a volume to bind: PreBind has work (the pod's nominatedNodeName is written first)
+    env = Env({PVCS: [pvc("c")], PVS: [pv("v1")], SCS: [storage_class()]})
+    state, _, _ = env.cycle(p)
+    assert env.plugin.reserve(state, p, "n1") is None
+    assert env.plugin.pre_bind_pre_flight(state, p, "n1")[1] is None
+    # without its cycle state
+    _, st = env.plugin.pre_bind_pre_flight(CycleState(), p, "n1")
+    assert st is not None and st.code == Code.ERROR
