@@ -23,21 +23,33 @@ Scenario format::
          images: {"nginx:1.25": 500000000}, unschedulable: false,
          extended: {example.com/gpu: 2}, declaredFeatures: [VolumeBindMountOptions]}
     objects: [...]                      # raw objects (Service, PV, PVC, StorageClass,
-                                        # CSINode, PDB ...); a "status" is written after create
+                                        # CSINode, PDB ...); a "status" is written after
+                                        # create (not a PDB's: the disruption controller's)
     existingPods:                       # created already bound (node: is spec.nodeName)
       - {name: old, node: n0, cpu: "1", labels: {app: db}}
+    workloads:                          # raw Deployment/ReplicaSet/StatefulSet/DaemonSet
+      - {apiVersion: apps/v1, kind: StatefulSet, metadata: {name: db},
+         spec: {replicas: 3, selector: ..., template: {metadata: ..., spec: ...}}}
     pods:                               # created in order, schedulerName filled in
       - {name: web, cpu: 500m, memory: 1Gi, labels: {app: web}, nodeSelector: {...},
          tolerations: [...], affinity: {...}, topologySpreadConstraints: [...],
          priorityClassName: high, hostPort: 8080, image: nginx:1.25, pvcs: [claim],
          schedulingGates: [wait], spec: {...raw fields merged last...}}
       - {name: second, waitBound: true}  # created once everything before has settled
+      - {name: late, afterNominated: web}  # created once web is nominated (victims may
+                                           # still be terminating) and all is quiet
+    updates:                            # merge patches of workloads, each once settled
+      - {workload: web, patch: {spec: {template: {metadata: {labels: {rev: "2"}}}}}}
     expect:                             # facts, checked against both runs
-      web: {bound: true, node: n1}       # node: also asserts the two runs agree on it
+      web: {bound: true, node: n1}
       second: {bound: false, messageContains: "Insufficient cpu"}
-      preemptor: {bound: true, victims: [old]}
-      other: {sameNode: true}            # no fixed node, but both runs must agree
+      preemptor: {bound: true, victims: [old], nominated: n0, events: [Scheduled]}
+      other: {tie: [n0, n1]}             # equally good nodes: each run's node is one
       worded: {bound: false, messageMayDiffer: "why the wording may differ"}
+      db-0: {node: n2}                   # a StatefulSet's pods by name
+      web-deploy: {bound: 3, pending: 0, ready: 3, nodes: [n0, n1, n1]}  # a workload
+    expectClaims:                       # claims ("ns/name", or name in default)
+      data: {volumeName: pv-a, phase: Bound}
     schedulerStartsAfterPods: false     # true: all pods exist before the scheduler starts
     settleSeconds: 2                    # quiet time that ends a run
     timeoutSeconds: 60
@@ -45,10 +57,29 @@ Scenario format::
 
 Other pod fields: namespace, count, ephemeralStorage, extended, annotations,
 images (one container each), hostPorts, containers, initContainers, volumes,
-nodeName, terminationGracePeriodSeconds (0 unless given: there is no kubelet to
-finish a graceful deletion). A run is settled when every pod to schedule is bound
-or carries PodScheduled=False (or was deleted) and nothing observed has changed
-for ``settleSeconds``.
+nodeName, terminationGracePeriodSeconds (0 unless given: deletion is then
+immediate; with a grace period, kwok removes a deleted pod after the delay of
+its ``pod-delete.stage.kwok.x-k8s.io/delay`` annotation, a Go duration such as
+"10s").
+
+What is compared (:func:`compare`): for every pod with a known name, whether it
+is bound, pending or deleted, the reasons of the events regarding it
+(events.k8s.io, as a set) and its nominatedNodeName; for every bound pod its
+node: the runs must agree unless the scenario names a ``tie`` holding both
+nodes (a tie is never expressed by leaving the node out); for a pending pod its
+PodScheduled reason and message. Workload pods with random names (Deployment,
+ReplicaSet, DaemonSet) are compared as a sorted multiset of placements (node or
+pending reason, nominated node, message, event reasons), with the workload's
+status counts; a StatefulSet's pods by name. Claims in the scenario's
+namespaces: volumeName, phase and the selected-node annotation.
+
+A run is settled when every pod to schedule is bound or carries
+PodScheduled=False (or was deleted), no pod is terminating, every workload has
+made its pods (or one of them is unschedulable), and nothing observed has
+changed for ``settleSeconds``. Before the scheduler starts, existing pods are
+Running (kwok) and every PodDisruptionBudget has been counted by the disruption
+controller. The reference binary's ``--version`` must be the pinned
+:data:`kscheduler.controlplane.binaries.K8S_VERSION`.
 
 Run ``python -m kscheduler.difftest SCENARIO.yaml|DIR ...`` to play scenarios on
 a fresh control plane and print the report; the exit status is 1 when a scenario
@@ -72,6 +103,7 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from kscheduler.controlplane.binaries import K8S_VERSION, find_kube_scheduler
 from kscheduler.controlplane.builders import make_node, make_pod, wait_for_service_account
 from kscheduler.controlplane.harness import ControlPlane
 from kscheduler.controlplane.reference import ReferenceScheduler
@@ -90,8 +122,34 @@ _POLL_SECONDS = 0.2
 _PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 
 
+SELECTED_NODE_ANNOTATION: Final = "volume.kubernetes.io/selected-node"
+
+
 class ScenarioError(ValueError):
     """A scenario file that cannot be read; names the file and the offending field."""
+
+
+class ReferenceVersionError(RuntimeError):
+    """The reference kube-scheduler is not the pinned Kubernetes version."""
+
+
+async def reference_version(binary: str | Path | None = None) -> str:
+    """The version the kube-scheduler binary reports (``--version``: "Kubernetes vX.Y.Z")."""
+    path = Path(binary) if binary is not None else find_kube_scheduler()
+    proc = await asyncio.create_subprocess_exec(
+        str(path),
+        "--version",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    text = out.decode(errors="replace").strip()
+    words = text.split()
+    if proc.returncode != 0 or len(words) != 2 or words[0] != "Kubernetes":
+        raise ReferenceVersionError(
+            f"{path} --version exited {proc.returncode} with {text[:200]!r}"
+        )
+    return words[1]
 
 
 # --------------------------------------------------------------------------- scenario model
@@ -103,23 +161,98 @@ class PodExpectation:
 
     bound: bool | None = None
     node: str | None = None
-    same_node: bool = False
+    tie: frozenset[str] | None = None
+    """Equally good nodes: each run's node must be one of them (they may differ)."""
+    nominated: str | None = None
     message: str | None = None
     message_contains: tuple[str, ...] = ()
     message_may_differ: str | None = None
     victims: tuple[str, ...] | None = None
+    events: tuple[str, ...] | None = None
+    """The reasons of the events regarding the pod, as a set (sorted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadExpectation:
+    """Facts a workload's outcome must show (None: not checked)."""
+
+    bound: int | None = None
+    pending: int | None = None
+    ready: int | None = None
+    nodes: tuple[str, ...] | None = None
+    """The nodes of its bound pods, as a sorted multiset."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimExpectation:
+    """Facts a PersistentVolumeClaim must show at the end of a run."""
+
+    volume_name: str | None = None
+    phase: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PodStep:
-    """One pod to schedule: its object (schedulerName unset) and whether to settle first."""
+    """One pod to schedule: its object (schedulerName unset) and when to create it."""
 
     pod: JSON
     wait_before: bool = False
+    after_nominated: str | None = None
+    """Created once this pod carries a nominatedNodeName and the cluster is quiet."""
 
     @property
     def name(self) -> str:
         return str(self.pod["metadata"]["name"])
+
+
+WORKLOAD_KINDS: Final = {
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "DaemonSet"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A controller object whose pods the controller-manager makes (schedulerName unset)."""
+
+    obj: JSON
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj["kind"])
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"].get("namespace") or "default")
+
+    @property
+    def replicas(self) -> int | None:
+        """spec.replicas (1 when unset); None for a DaemonSet (one pod per eligible node)."""
+        if self.kind == "DaemonSet":
+            return None
+        value = (self.obj.get("spec") or {}).get("replicas")
+        return 1 if value is None else int(value)
+
+    @property
+    def pod_names(self) -> list[str]:
+        """The names of a StatefulSet's pods ({name}-{ordinal}); [] for the others."""
+        if self.kind != "StatefulSet":
+            return []
+        return [f"{self.name}-{i}" for i in range(self.replicas or 0)]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadUpdate:
+    """A merge patch applied to a workload once the run has settled; it settles again."""
+
+    workload: str
+    patch: JSON
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,20 +266,33 @@ class Scenario:
     nodes: tuple[JSON, ...] = ()
     objects: tuple[JSON, ...] = ()
     existing_pods: tuple[JSON, ...] = ()
+    workloads: tuple[Workload, ...] = ()
     pods: tuple[PodStep, ...] = ()
+    updates: tuple[WorkloadUpdate, ...] = ()
     expect: Mapping[str, PodExpectation] = field(default_factory=dict)
+    expect_workloads: Mapping[str, WorkloadExpectation] = field(default_factory=dict)
+    expect_claims: Mapping[str, ClaimExpectation] = field(default_factory=dict)
     known_difference: str | None = None
     scheduler_starts_after_pods: bool = False
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
 
     @property
+    def scheduled_names(self) -> list[str]:
+        """The pods a scheduler places whose names are known: the pods to schedule, then
+        the StatefulSets' pods."""
+        return [s.name for s in self.pods] + [n for w in self.workloads for n in w.pod_names]
+
+    @property
     def pod_names(self) -> list[str]:
-        """Every pod of the scenario (existing first, then to schedule), in creation order."""
-        return [p["metadata"]["name"] for p in self.existing_pods] + [s.name for s in self.pods]
+        """Every pod of the scenario with a known name (existing first, then to schedule)."""
+        return [p["metadata"]["name"] for p in self.existing_pods] + self.scheduled_names
 
     def expectation(self, pod: str) -> PodExpectation:
         return self.expect.get(pod) or PodExpectation()
+
+    def workload(self, name: str) -> Workload | None:
+        return next((w for w in self.workloads if w.name == name), None)
 
     def expected_victims(self) -> set[str] | None:
         """The union of the victims the expectations name, or None if none says."""
@@ -210,8 +356,9 @@ def _keys(text: str) -> frozenset[str]:
 
 _SCENARIO_KEYS = _keys(
     """
-    name description config priorityClasses namespaces nodes objects existingPods pods expect
-    knownDifference schedulerStartsAfterPods settleSeconds timeoutSeconds
+    name description config priorityClasses namespaces nodes objects existingPods workloads pods
+    updates expect expectClaims knownDifference schedulerStartsAfterPods settleSeconds
+    timeoutSeconds
     """
 )
 _NODE_KEYS = _keys(
@@ -230,9 +377,10 @@ _POD_KEYS = _keys(
 )
 _EXPECT_KEYS = _keys(
     """
-    bound node sameNode message messageContains messageMayDiffer victims
+    bound node tie nominated message messageContains messageMayDiffer victims events
     """
 )
+_WORKLOAD_EXPECT_KEYS = _keys("bound pending ready nodes")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -280,35 +428,79 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
     existing: list[JSON] = []
     for i, p in enumerate(f.items("existingPods")):
         existing.extend(_pods(p, f"existingPods[{i}]", existing=True))
+    workloads = tuple(_workload(w, f"workloads[{i}]") for i, w in enumerate(f.items("workloads")))
     steps: list[PodStep] = []
     for i, p in enumerate(f.items("pods")):
-        wait = False
-        if isinstance(p, dict) and "waitBound" in p:
+        wait, after = False, None
+        if isinstance(p, dict) and ("waitBound" in p or "afterNominated" in p):
             p = dict(p)
-            wait = p.pop("waitBound")
+            wait = p.pop("waitBound", False)
             if not isinstance(wait, bool):
                 raise ScenarioError(f"pods[{i}].waitBound: expected a bool, got {wait!r}")
+            after = p.pop("afterNominated", None)
+            if after is not None and not isinstance(after, str):
+                raise ScenarioError(f"pods[{i}].afterNominated: expected a pod name")
         for j, pod in enumerate(_pods(p, f"pods[{i}]", existing=False)):
-            steps.append(PodStep(pod, wait_before=wait and j == 0))
-    all_names = [p["metadata"]["name"] for p in existing] + [s.name for s in steps]
+            first = j == 0
+            steps.append(PodStep(pod, wait_before=wait and first, after_nominated=after))
+            after = None
+    names = [s.name for s in steps]
+    for i, step in enumerate(steps):
+        if step.after_nominated is not None and step.after_nominated not in names[:i]:
+            raise ScenarioError(
+                f"pods.{step.name}.afterNominated: {step.after_nominated!r} is not a pod "
+                "created before it"
+            )
+    sts_pods = [n for w in workloads for n in w.pod_names]
+    all_names = [p["metadata"]["name"] for p in existing] + names + sts_pods
     dupes = sorted({n for n in all_names if all_names.count(n) > 1})
     if dupes:
-        raise ScenarioError(f"pods: names must be unique across existingPods and pods: {dupes}")
+        raise ScenarioError(
+            f"pods: names must be unique across existingPods, pods and StatefulSet pods: {dupes}"
+        )
+    workload_names = [w.name for w in workloads]
+    clash = sorted(set(workload_names) & set(all_names)) or sorted(
+        {n for n in workload_names if workload_names.count(n) > 1}
+    )
+    if clash:
+        raise ScenarioError(f"workloads: names must be unique and not name a pod: {clash}")
+    updates = tuple(
+        _update(u, f"updates[{i}]", workload_names) for i, u in enumerate(f.items("updates"))
+    )
     node_names = [n["metadata"]["name"] for n in nodes]
     if len(set(node_names)) != len(node_names):
         raise ScenarioError("nodes: node names must be unique")
     expect: dict[str, PodExpectation] = {}
+    expect_workloads: dict[str, WorkloadExpectation] = {}
     for pod_name, facts in f.mapping("expect").items():
         where = f"expect.{pod_name}"
+        if pod_name in workload_names:
+            wexp = _workload_expectation(facts, where)
+            for n in wexp.nodes or ():
+                if n not in node_names:
+                    raise ScenarioError(f"{where}.nodes: no such node {n!r}")
+            expect_workloads[str(pod_name)] = wexp
+            continue
         if pod_name not in all_names:
-            raise ScenarioError(f"{where}: no such pod in existingPods or pods")
+            raise ScenarioError(
+                f"{where}: no such pod in existingPods, pods or a StatefulSet, nor a workload"
+            )
         exp = _expectation(facts, where)
         for v in exp.victims or ():
             if v not in all_names:
                 raise ScenarioError(f"{where}.victims: no such pod {v!r}")
-        if exp.node is not None and exp.node not in node_names:
-            raise ScenarioError(f"{where}.node: no such node {exp.node!r}")
+        for key, named in (("node", [exp.node]), ("nominated", [exp.nominated])):
+            for n in named:
+                if n is not None and n not in node_names:
+                    raise ScenarioError(f"{where}.{key}: no such node {n!r}")
+        for n in sorted(exp.tie or ()):
+            if n not in node_names:
+                raise ScenarioError(f"{where}.tie: no such node {n!r}")
         expect[str(pod_name)] = exp
+    expect_claims = {
+        str(claim): _claim_expectation(facts, f"expectClaims.{claim}")
+        for claim, facts in f.mapping("expectClaims").items()
+    }
     known = (f.string("knownDifference") or "").strip() or None
     settle = float(f.get("settleSeconds", (int, float), DEFAULT_SETTLE_SECONDS))
     timeout = float(f.get("timeoutSeconds", (int, float), DEFAULT_TIMEOUT_SECONDS))
@@ -322,8 +514,12 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         nodes=tuple(nodes),
         objects=objects,
         existing_pods=tuple(existing),
+        workloads=workloads,
         pods=tuple(steps),
+        updates=updates,
         expect=expect,
+        expect_workloads=expect_workloads,
+        expect_claims=expect_claims,
         known_difference=known,
         scheduler_starts_after_pods=bool(f.get("schedulerStartsAfterPods", bool, False)),
         settle_seconds=settle,
@@ -457,7 +653,78 @@ def _raw_object(raw: Any, where: str) -> JSON:
         raise ScenarioError(f"{where}.metadata.name: required")
     if raw["kind"] in ("Pod", "Node", "Namespace", "PriorityClass"):
         raise ScenarioError(f"{where}: {raw['kind']} objects go in their own section")
+    if (raw["apiVersion"], raw["kind"]) in WORKLOAD_KINDS:
+        raise ScenarioError(f"{where}: a {raw['kind']} goes in workloads")
+    if raw["kind"] == "PodDisruptionBudget" and "status" in raw:
+        raise ScenarioError(f"{where}.status: the disruption controller writes it; leave it out")
     return copy.deepcopy(raw)
+
+
+def _workload(raw: Any, where: str) -> Workload:
+    """A raw Deployment, ReplicaSet, StatefulSet or DaemonSet with a pod template."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: expected a mapping")
+    key = (raw.get("apiVersion"), raw.get("kind"))
+    if key not in WORKLOAD_KINDS:
+        kinds = ", ".join(f"{v} {k}" for v, k in sorted(WORKLOAD_KINDS))
+        raise ScenarioError(f"{where}: expected one of {kinds}, got {key[0]} {key[1]}")
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("name"):
+        raise ScenarioError(f"{where}.metadata.name: required")
+    spec = raw.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        raise ScenarioError(f"{where}.spec.template.spec: required")
+    if "schedulerName" in template["spec"]:
+        raise ScenarioError(f"{where}.spec.template.spec.schedulerName: set by the runner")
+    replicas = spec.get("replicas")  # type: ignore[union-attr]
+    if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool)):
+        raise ScenarioError(f"{where}.spec.replicas: expected an integer, got {replicas!r}")
+    if "status" in raw:
+        raise ScenarioError(f"{where}.status: the controller writes it; leave it out")
+    return Workload(copy.deepcopy(raw))
+
+
+def _update(raw: Any, where: str, workloads: Sequence[str]) -> WorkloadUpdate:
+    f = _Fields(raw, where, ("workload", "patch"))
+    name = f.string("workload")
+    if name not in workloads:
+        raise f.error("workload", f"no such workload {name!r}")
+    patch = f.mapping("patch")
+    if not patch:
+        raise f.error("patch", "required: a merge patch of the workload")
+    template_spec = ((patch.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if "schedulerName" in template_spec:
+        raise f.error("patch.spec.template.spec.schedulerName", "set by the runner")
+    return WorkloadUpdate(str(name), copy.deepcopy(patch))
+
+
+def _count(f: _Fields, key: str) -> int | None:
+    value: int | None = f.get(key, int)
+    if value is not None and value < 0:
+        raise f.error(key, "expected a count >= 0")
+    return value
+
+
+def _workload_expectation(raw: Any, where: str) -> WorkloadExpectation:
+    f = _Fields(raw if raw is not None else {}, where, _WORKLOAD_EXPECT_KEYS)
+    nodes = f.raw.get("nodes")
+    if nodes is not None and not isinstance(nodes, list):
+        raise f.error("nodes", "expected a list of node names (a multiset)")
+    return WorkloadExpectation(
+        bound=_count(f, "bound"),
+        pending=_count(f, "pending"),
+        ready=_count(f, "ready"),
+        nodes=tuple(sorted(str(n) for n in nodes)) if nodes is not None else None,
+    )
+
+
+def _claim_expectation(raw: Any, where: str) -> ClaimExpectation:
+    f = _Fields(raw, where, ("volumeName", "phase"))
+    exp = ClaimExpectation(volume_name=f.string("volumeName"), phase=f.string("phase"))
+    if exp.volume_name is None and exp.phase is None:
+        raise ScenarioError(f"{where}: expected volumeName and/or phase")
+    return exp
 
 
 def _container_ports(f: _Fields) -> list[JSON]:
@@ -553,8 +820,22 @@ def _pods(raw: Any, where: str, *, existing: bool) -> list[JSON]:
     return out
 
 
+def _names(f: _Fields, key: str) -> tuple[str, ...] | None:
+    value = f.raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise f.error(key, "expected a list of names")
+    return tuple(value)
+
+
 def _expectation(raw: Any, where: str) -> PodExpectation:
-    f = _Fields(raw if raw is not None else {}, where, _EXPECT_KEYS)
+    f = _Fields(raw if raw is not None else {}, where, {*_EXPECT_KEYS, "sameNode"})
+    if "sameNode" in f.raw:
+        raise f.error(
+            "sameNode",
+            "removed: every bound pod's node is compared; name equally good nodes with tie: [a, b]",
+        )
     contains = f.raw.get("messageContains")
     if contains is None:
         contains_t: tuple[str, ...] = ()
@@ -564,20 +845,30 @@ def _expectation(raw: Any, where: str) -> PodExpectation:
         contains_t = tuple(str(c) for c in contains)
     else:
         raise f.error("messageContains", "expected a string or a list of strings")
-    victims = f.raw.get("victims")
-    if victims is not None and not isinstance(victims, list):
-        raise f.error("victims", "expected a list of pod names")
+    tie = _names(f, "tie")
+    if tie is not None and len(set(tie)) < 2:
+        raise f.error("tie", "expected two or more nodes")
+    events = _names(f, "events")
+    bound = f.get("bound", bool)
+    if tie is not None:
+        if bound is False:
+            raise f.error("tie", "a pod expected pending has no node")
+        bound = True
     exp = PodExpectation(
-        bound=f.get("bound", bool),
+        bound=bound,
         node=f.string("node"),
-        same_node=bool(f.get("sameNode", bool, False)),
+        tie=frozenset(tie) if tie is not None else None,
+        nominated=f.string("nominated"),
         message=f.string("message"),
         message_contains=contains_t,
         message_may_differ=f.string("messageMayDiffer"),
-        victims=tuple(str(v) for v in victims) if victims is not None else None,
+        victims=_names(f, "victims"),
+        events=tuple(sorted(set(events))) if events is not None else None,
     )
     if exp.node is not None and exp.bound is False:
         raise f.error("node", "a pod expected pending has no node")
+    if exp.node is not None and exp.tie is not None:
+        raise f.error("tie", "give node (one node) or tie (a set), not both")
     return exp
 
 
@@ -594,6 +885,9 @@ class PodOutcome:
     reason: str | None = None
     message: str | None = None
     nominated_node: str | None = None
+    terminating: bool = False
+    events: tuple[str, ...] = ()
+    """The reasons of the events regarding the pod (sorted, each once)."""
 
     @property
     def bound(self) -> bool:
@@ -603,11 +897,62 @@ class PodOutcome:
         if not self.exists:
             return "deleted"
         if self.node:
-            return f"bound to {self.node}"
-        text = f"pending ({self.reason})" if self.reason else "pending, not reported"
+            text = f"bound to {self.node}"
+        else:
+            text = f"pending ({self.reason})" if self.reason else "pending, not reported"
         if self.nominated_node:
             text += f", nominated {self.nominated_node}"
+        if self.terminating:
+            text += ", terminating"
         return text
+
+    def placement(self) -> tuple[str, str, str, tuple[str, ...]]:
+        """What a pod with a random name is compared by: node (or reason), nomination, events."""
+        where = self.node or f"pending:{self.reason or '-'}"
+        return (where, self.nominated_node or "", self.message or "", self.events)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadOutcome:
+    """A workload's status and the placements of its pods (as a sorted multiset)."""
+
+    name: str
+    kind: str
+    exists: bool = True
+    status: tuple[tuple[str, int], ...] = ()
+    pods: tuple[tuple[str, str, str, tuple[str, ...]], ...] = ()
+    settled: bool = True
+    """Its pods are placed and its controller has made them all (see _workload_settled)."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted(p[0] for p in self.pods if not p[0].startswith("pending:")))
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for p in self.pods if p[0].startswith("pending:"))
+
+    def get(self, key: str) -> int:
+        return dict(self.status).get(key, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """A PersistentVolumeClaim at the end of a run."""
+
+    name: str
+    volume_name: str | None = None
+    phase: str | None = None
+    selected_node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything a run is judged by, as seen at one instant."""
+
+    pods: Mapping[str, PodOutcome] = field(default_factory=dict)
+    workloads: Mapping[str, WorkloadOutcome] = field(default_factory=dict)
+    claims: Mapping[str, ClaimOutcome] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -616,13 +961,22 @@ class RunOutcome:
 
     scheduler: Which
     pods: dict[str, PodOutcome] = field(default_factory=dict)
+    workloads: dict[str, WorkloadOutcome] = field(default_factory=dict)
+    claims: dict[str, ClaimOutcome] = field(default_factory=dict)
     settled: bool = True
     seconds: float = 0.0
     log_path: Path | None = None
     error: str | None = None
+    uids: dict[str, str] = field(default_factory=dict)
+    """Pod name -> uid of every pod with a known name, kept after it is deleted."""
 
     def deleted(self, names: Iterable[str]) -> set[str]:
         return {n for n in names if n in self.pods and not self.pods[n].exists}
+
+    def record(self, seen: Observation) -> None:
+        self.pods = dict(seen.pods)
+        self.workloads = dict(seen.workloads)
+        self.claims = dict(seen.claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -658,24 +1012,37 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _same_place(a: str | None, b: str | None, tie: frozenset[str] | None) -> bool:
+    return a == b or (tie is not None and a in tie and b in tie)
+
+
 def compare(scenario: Scenario, ref: RunOutcome, ours: RunOutcome) -> list[Difference]:
     """Every fact the two runs must share and do not.
 
-    The same pods bound and pending; the same node where the scenario pins one
-    (``node:``) or asks for agreement (``sameNode: true``); for pods pending in
-    both, the same PodScheduled message word for word (unless
-    ``messageMayDiffer``); the same pods deleted (preemption victims).
+    The same pods bound and pending and deleted (preemption victims); for every
+    bound pod the same node, or two nodes of the pod's ``tie`` set; the same
+    nominatedNodeName (``tie`` applies too); the same reasons of the events
+    regarding each pod; for pods pending in both, the same PodScheduled reason
+    and message word for word (unless ``messageMayDiffer``). Workloads: the same
+    status counts and the same multiset of pod placements (StatefulSet pods are
+    compared by name as above). Claims: the same volumeName, phase and selected
+    node.
     """
     out: list[Difference] = []
     if ref.error or ours.error:
         out.append(Difference("(run)", "error", ref.error, ours.error))
     if not ref.settled or not ours.settled:
         out.append(Difference("(run)", "settled", ref.settled, ours.settled))
-    scheduled = [s.name for s in scenario.pods]
+    scheduled = set(scenario.scheduled_names)
     for name in scenario.pod_names:
         r, o = ref.pods.get(name), ours.pods.get(name)
-        if r is None or o is None:
+        if r is None and o is None:
             continue
+        if r is None or o is None:
+            out.append(Difference(name, "seen", r is not None, o is not None))
+            continue
+        if r.events != o.events:
+            out.append(Difference(name, "event reasons", list(r.events), list(o.events)))
         if r.exists != o.exists:
             out.append(Difference(name, "deleted", not r.exists, not o.exists))
             continue
@@ -685,13 +1052,27 @@ def compare(scenario: Scenario, ref: RunOutcome, ours: RunOutcome) -> list[Diffe
             out.append(Difference(name, "bound", r.summary(), o.summary()))
             continue
         exp = scenario.expectation(name)
-        if r.bound and (exp.node is not None or exp.same_node) and r.node != o.node:
+        if r.bound and not _same_place(r.node, o.node, exp.tie):
             out.append(Difference(name, "node", r.node, o.node))
+        if not _same_place(r.nominated_node, o.nominated_node, exp.tie):
+            out.append(Difference(name, "nominatedNodeName", r.nominated_node, o.nominated_node))
         if not r.bound and exp.message_may_differ is None:
             if r.reason != o.reason:
                 out.append(Difference(name, "reason", r.reason, o.reason))
             if r.message != o.message:
                 out.append(Difference(name, "message", r.message, o.message))
+    for workload in scenario.workloads:
+        rw, ow = ref.workloads.get(workload.name), ours.workloads.get(workload.name)
+        if rw is None or ow is None:
+            continue
+        if rw.status != ow.status:
+            out.append(Difference(workload.name, "status", dict(rw.status), dict(ow.status)))
+        if workload.kind != "StatefulSet" and rw.pods != ow.pods:
+            out.append(Difference(workload.name, "pods", list(rw.pods), list(ow.pods)))
+    for key in sorted(set(ref.claims) | set(ours.claims)):
+        rc, oc = ref.claims.get(key), ours.claims.get(key)
+        if rc != oc:
+            out.append(Difference(key, "claim", rc, oc))
     return out
 
 
@@ -708,16 +1089,47 @@ def check_expectations(scenario: Scenario, run: RunOutcome) -> list[Difference]:
             out.append(Difference(name, "bound", exp.bound, got.summary(), src))
         if exp.node is not None and got.node != exp.node:
             out.append(Difference(name, "node", exp.node, got.node, src))
+        if exp.tie is not None and got.bound and got.node not in exp.tie:
+            out.append(Difference(name, "node in tie", exp.tie, got.node, src))
+        if exp.nominated is not None and got.nominated_node != exp.nominated:
+            out.append(
+                Difference(name, "nominatedNodeName", exp.nominated, got.nominated_node, src)
+            )
         if exp.message is not None and got.message != exp.message:
             out.append(Difference(name, "message", exp.message, got.message, src))
         for part in exp.message_contains:
             if part not in (got.message or ""):
                 out.append(Difference(name, "message contains", part, got.message, src))
+        if exp.events is not None and got.events != exp.events:
+            out.append(Difference(name, "event reasons", list(exp.events), list(got.events), src))
     victims = scenario.expected_victims()
     if victims is not None:
         deleted = run.deleted(scenario.pod_names)
         if deleted != victims:
             out.append(Difference("(victims)", "deleted pods", victims, deleted, src))
+    for name, wexp in scenario.expect_workloads.items():
+        wl = run.workloads.get(name)
+        if wl is None or not wl.exists:
+            out.append(Difference(name, "workload exists", True, False, src))
+            continue
+        bound = len(wl.nodes)
+        if wexp.bound is not None and bound != wexp.bound:
+            out.append(Difference(name, "bound pods", wexp.bound, bound, src))
+        if wexp.pending is not None and wl.pending != wexp.pending:
+            out.append(Difference(name, "pending pods", wexp.pending, wl.pending, src))
+        if wexp.ready is not None and wl.get("ready") != wexp.ready:
+            out.append(Difference(name, "ready", wexp.ready, wl.get("ready"), src))
+        if wexp.nodes is not None and wl.nodes != wexp.nodes:
+            out.append(Difference(name, "nodes", list(wexp.nodes), list(wl.nodes), src))
+    for key, cexp in scenario.expect_claims.items():
+        claim = run.claims.get(key if "/" in key else f"default/{key}")
+        if claim is None:
+            out.append(Difference(key, "claim exists", True, False, src))
+            continue
+        if cexp.volume_name is not None and claim.volume_name != cexp.volume_name:
+            out.append(Difference(key, "volumeName", cexp.volume_name, claim.volume_name, src))
+        if cexp.phase is not None and claim.phase != cexp.phase:
+            out.append(Difference(key, "phase", cexp.phase, claim.phase, src))
     return out
 
 
@@ -816,10 +1228,12 @@ class DiffRunner:
         self.cp = cp
         self.api = api
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
+        self._reference_version: str | None = None
 
     # ---- the scenario ----------------------------------------------------------------------
     async def run(self, scenario: Scenario) -> ScenarioResult:
         began = time.monotonic()
+        await self.check_reference_version()
         await self._wipe_run_state(scenario, objects=())
         await self._create_shared(scenario)
         try:
@@ -837,30 +1251,56 @@ class DiffRunner:
             seconds=time.monotonic() - began,
         )
 
+    async def check_reference_version(self) -> str:
+        """The reference binary's version; raises ReferenceVersionError unless it is the
+        pinned K8S_VERSION (checked once per runner)."""
+        if self._reference_version is None:
+            self._reference_version = await reference_version()
+        if self._reference_version != K8S_VERSION:
+            raise ReferenceVersionError(
+                f"{find_kube_scheduler()} --version says {self._reference_version!r}; "
+                f"the pinned version is {K8S_VERSION}"
+            )
+        return self._reference_version
+
     async def run_once(self, scenario: Scenario, which: Which) -> RunOutcome:
-        """One run on fresh state: setup, the scheduler, the pods, settle, observe, wipe."""
+        """One run on fresh state: setup, the scheduler, the workloads and pods, the
+        updates, settle, observe, wipe."""
         began = time.monotonic()
         outcome = RunOutcome(scheduler=which)
         created: list[JSON] = []
         try:
             async with AsyncExitStack() as stack:
-                await self._create_run_state(scenario, created)
+                await self._create_run_state(scenario, created, outcome)
                 if not scenario.scheduler_starts_after_pods:
                     await self._start(stack, scenario, which, outcome)
+                for workload in scenario.workloads:
+                    body = copy.deepcopy(workload.obj)
+                    body["spec"]["template"]["spec"]["schedulerName"] = which
+                    await self.api.post(await self._object_path(body), body)
                 for step in scenario.pods:
                     if step.wait_before:
                         await self._settle(scenario, outcome)
+                    if step.after_nominated is not None:
+                        await self._settle(scenario, outcome, nominated=step.after_nominated)
                     pod = copy.deepcopy(step.pod)
                     pod["spec"]["schedulerName"] = which
-                    await self.api.post(_pods_path(pod["metadata"]["namespace"]), pod)
+                    made = await self.api.post(_pods_path(pod["metadata"]["namespace"]), pod)
+                    outcome.uids[step.name] = made["metadata"]["uid"]
                 if scenario.scheduler_starts_after_pods:
                     await self._start(stack, scenario, which, outcome)
-                outcome.pods = await self._settle(scenario, outcome)
+                for update in scenario.updates:
+                    await self._settle(scenario, outcome)
+                    target = scenario.workload(update.workload)
+                    assert target is not None  # checked when parsed
+                    path = await self._object_path(target.obj)
+                    await self.api.patch(f"{path}/{target.name}", update.patch, patch_type="merge")
+                await self._settle(scenario, outcome)
         except Exception as exc:  # a broken run is a finding, not a crash
             outcome.error = f"{type(exc).__name__}: {exc}"
             outcome.settled = False
             with contextlib.suppress(Exception):
-                outcome.pods = _observe(scenario, await self.api.list("/api/v1/pods"))
+                outcome.record(await self._observe(scenario, outcome))
         finally:
             outcome.seconds = time.monotonic() - began
             await self._wipe_run_state(scenario, objects=created)
@@ -883,23 +1323,68 @@ class DiffRunner:
                 running_kscheduler(self.cp, kscheduler_config(scenario.config))
             )
 
-    async def _settle(self, scenario: Scenario, outcome: RunOutcome) -> dict[str, PodOutcome]:
-        """Poll until every created pod is bound, reported or gone, and nothing changes."""
+    async def _settle(
+        self, scenario: Scenario, outcome: RunOutcome, *, nominated: str | None = None
+    ) -> Observation:
+        """Poll until nothing observed changes for settleSeconds while every created pod
+        is bound, reported or gone, none is terminating and every workload has its pods
+        (with nominated: until that pod carries a nominatedNodeName; terminating pods,
+        such as its victims, are then allowed). Records what it saw on outcome."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + scenario.timeout_seconds
-        last: dict[str, PodOutcome] | None = None
+        last: Observation | None = None
         stable_since = loop.time()
         while True:
-            seen = _observe(scenario, await self.api.list("/api/v1/pods"))
+            seen = await self._observe(scenario, outcome)
             now = loop.time()
             if seen != last:
                 last, stable_since = seen, now
-            elif _all_settled(scenario, seen) and now - stable_since >= scenario.settle_seconds:
-                return seen
+            elif now - stable_since >= scenario.settle_seconds:
+                if nominated is not None:
+                    pod = seen.pods.get(nominated)
+                    ready = pod is not None and bool(pod.nominated_node)
+                else:
+                    ready = _all_settled(scenario, seen)
+                if ready:
+                    outcome.record(seen)
+                    return seen
             if now > deadline:
                 outcome.settled = False
+                outcome.record(seen)
                 return seen
             await asyncio.sleep(_POLL_SECONDS)
+
+    async def _observe(self, scenario: Scenario, outcome: RunOutcome) -> Observation:
+        pods = await self.api.list("/api/v1/pods")
+        events = await self.api.list("/apis/events.k8s.io/v1/events")
+        claims = await self.api.list("/api/v1/persistentvolumeclaims")
+        workloads: dict[str, JSON | None] = {}
+        for workload in scenario.workloads:
+            path = await self._object_path(workload.obj)
+            try:
+                workloads[workload.name] = await self.api.get(f"{path}/{workload.name}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                workloads[workload.name] = None
+        replicasets: list[JSON] = []
+        if any(w.kind == "Deployment" for w in scenario.workloads):
+            replicasets = await self.api.list("/apis/apps/v1/replicasets")
+        by_key = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+        for name, namespace in known_pods(scenario):
+            pod = by_key.get((namespace, name))
+            if pod is not None:
+                outcome.uids[name] = pod["metadata"]["uid"]
+        namespaces = scenario_namespaces(scenario)
+        return observe(
+            scenario,
+            pods=pods,
+            events=events,
+            workloads=workloads,
+            replicasets=replicasets,
+            claims=[c for c in claims if c["metadata"]["namespace"] in namespaces],
+            uids=outcome.uids,
+        )
 
     # ---- state -----------------------------------------------------------------------------
     async def _create_shared(self, scenario: Scenario) -> None:
@@ -955,8 +1440,12 @@ class DiffRunner:
             await self.api.wait_deleted(f"{path}/{name}", within=30)
             await self.api.post(path, pc)
 
-    async def _create_run_state(self, scenario: Scenario, created: list[JSON]) -> None:
-        """Nodes, extra objects (appended to created) and existing pods, in that order."""
+    async def _create_run_state(
+        self, scenario: Scenario, created: list[JSON], outcome: RunOutcome
+    ) -> None:
+        """Nodes, extra objects (appended to created) and existing pods, in that order;
+        then wait until kwok runs the existing pods and the disruption controller has
+        counted them in every PodDisruptionBudget."""
         for node in scenario.nodes:
             await self.api.post("/api/v1/nodes", node)
         for obj in scenario.objects:
@@ -979,19 +1468,67 @@ class DiffRunner:
                     patch_type="merge",
                 )
         for pod in scenario.existing_pods:
-            await self.api.post(_pods_path(pod["metadata"]["namespace"]), pod)
+            made = await self.api.post(_pods_path(pod["metadata"]["namespace"]), pod)
+            outcome.uids[pod["metadata"]["name"]] = made["metadata"]["uid"]
+        node_names = {n["metadata"]["name"] for n in scenario.nodes}
+        for pod in scenario.existing_pods:
+            if pod["spec"].get("nodeName") not in node_names:
+                continue
+            path = f"{_pods_path(pod['metadata']['namespace'])}/{pod['metadata']['name']}"
+            await self.api.wait_for(
+                path, lambda p: (p.get("status") or {}).get("phase") == "Running", within=30
+            )
+        for obj in scenario.objects:
+            if obj["kind"] == "PodDisruptionBudget":
+                path = f"{await self._object_path(obj)}/{obj['metadata']['name']}"
+                await self.api.wait_for(path, _budget_counted, within=30)
 
     async def _wipe_run_state(self, scenario: Scenario, *, objects: Sequence[JSON]) -> None:
-        """No pods anywhere, none of the scenario's objects, no nodes."""
-        namespaces = {ns["metadata"]["name"] for ns in await self.api.list("/api/v1/namespaces")}
-        for ns in sorted(namespaces):
-            await self.api.delete(_pods_path(ns), {"gracePeriodSeconds": 0})
+        """No workloads, pods, claims or events in the scenario's namespaces, no pods
+        anywhere, none of the scenario's objects, no nodes."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
-        while await self.api.list("/api/v1/pods"):
+        scoped = sorted(scenario_namespaces(scenario))
+        collections = [
+            "/apis/apps/v1/namespaces/{ns}/deployments",
+            "/apis/apps/v1/namespaces/{ns}/statefulsets",
+            "/apis/apps/v1/namespaces/{ns}/daemonsets",
+            "/apis/apps/v1/namespaces/{ns}/replicasets",
+        ]
+        if scenario.workloads:
+            for ns in scoped:
+                for collection in collections:
+                    with contextlib.suppress(ApiError):  # a namespace not created yet
+                        await self.api.delete(
+                            collection.format(ns=ns), body={"propagationPolicy": "Foreground"}
+                        )
+        namespaces = {ns["metadata"]["name"] for ns in await self.api.list("/api/v1/namespaces")}
+        while True:
+            for ns in sorted(namespaces):
+                await self.api.delete(_pods_path(ns), {"gracePeriodSeconds": 0})
+            left = [
+                c.format(ns=ns)
+                for ns in scoped
+                for c in collections
+                if scenario.workloads and await self.api.list(c.format(ns=ns))
+            ]
+            if not left and not await self.api.list("/api/v1/pods"):
+                break
             if loop.time() > deadline:
-                raise TimeoutError("pods still present 60s after deleting them all")
+                raise TimeoutError(f"pods or workloads ({left}) still present 60s after deletion")
             await asyncio.sleep(_POLL_SECONDS)
+        for ns in scoped:
+            if ns not in namespaces:
+                continue
+            await self.api.delete(f"/api/v1/namespaces/{ns}/persistentvolumeclaims")
+            await self.api.delete(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
+        for ns in scoped:
+            while ns in namespaces and await self.api.list(
+                f"/api/v1/namespaces/{ns}/persistentvolumeclaims"
+            ):
+                if loop.time() > deadline:
+                    raise TimeoutError(f"claims in {ns} still present 60s after deletion")
+                await asyncio.sleep(_POLL_SECONDS)
         for obj in reversed(objects):
             path = await self._object_path(obj)
             await _delete_ignoring_missing(self.api, f"{path}/{obj['metadata']['name']}")
@@ -1038,40 +1575,186 @@ async def _delete_ignoring_missing(api: RestClient, path: str, *, within: float 
     await api.wait_deleted(path, within=within)
 
 
-def _observe(scenario: Scenario, items: Sequence[JSON]) -> dict[str, PodOutcome]:
-    """The outcome of every scenario pod in a pod list (absent pods: exists=False)."""
-    by_key = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in items}
-    out: dict[str, PodOutcome] = {}
-    templates = [*scenario.existing_pods, *(s.pod for s in scenario.pods)]
-    for template in templates:
-        meta = template["metadata"]
-        name = meta["name"]
-        pod = by_key.get((meta["namespace"], name))
-        if pod is None:
-            out[name] = PodOutcome(name, exists=False)
-            continue
-        cond = _condition(pod, "PodScheduled")
-        failed = cond is not None and cond.get("status") == "False"
-        status = pod.get("status") or {}
-        out[name] = PodOutcome(
-            name,
-            exists=True,
-            node=pod["spec"].get("nodeName") or None,
-            reason=cond.get("reason") if failed and cond else None,
-            message=cond.get("message") if failed and cond else None,
-            nominated_node=status.get("nominatedNodeName") or None,
-        )
+def _budget_counted(pdb: Mapping[str, Any]) -> bool:
+    """The disruption controller has seen this generation and counted its pods."""
+    status = pdb.get("status") or {}
+    generation = (pdb.get("metadata") or {}).get("generation", 1)
+    return bool(
+        status.get("observedGeneration", 0) >= generation
+        and status.get("currentHealthy", 0) == status.get("expectedPods", 0)
+    )
+
+
+def scenario_namespaces(scenario: Scenario) -> set[str]:
+    """Every namespace the scenario's pods, workloads and objects may live in."""
+    out = {"default"} | {ns["metadata"]["name"] for ns in scenario.namespaces}
+    out |= {p["metadata"]["namespace"] for p in scenario.existing_pods}
+    out |= {s.pod["metadata"]["namespace"] for s in scenario.pods}
+    out |= {w.namespace for w in scenario.workloads}
+    out |= {
+        str(o["metadata"]["namespace"]) for o in scenario.objects if o["metadata"].get("namespace")
+    }
     return out
 
 
-def _all_settled(scenario: Scenario, seen: Mapping[str, PodOutcome]) -> bool:
-    for step in scenario.pods:
-        pod = seen.get(step.name)
+def known_pods(scenario: Scenario) -> list[tuple[str, str]]:
+    """(name, namespace) of every pod with a known name: existing pods, the pods to
+    schedule, the StatefulSets' pods."""
+    out = [(p["metadata"]["name"], p["metadata"]["namespace"]) for p in scenario.existing_pods]
+    out += [(s.name, s.pod["metadata"]["namespace"]) for s in scenario.pods]
+    out += [(n, w.namespace) for w in scenario.workloads for n in w.pod_names]
+    return out
+
+
+_WORKLOAD_STATUS: Final = {
+    "Deployment": ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas"),
+    "ReplicaSet": ("replicas", "readyReplicas", "availableReplicas"),
+    "StatefulSet": ("replicas", "readyReplicas", "currentReplicas", "updatedReplicas"),
+    "DaemonSet": ("desiredNumberScheduled", "currentNumberScheduled", "numberReady"),
+}
+
+
+def _workload_status(kind: str, obj: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The counts compared between runs; "ready" is readyReplicas (numberReady)."""
+    status = obj.get("status") or {}
+    counts = {key: int(status.get(key) or 0) for key in _WORKLOAD_STATUS[kind]}
+    counts["ready"] = counts.get("numberReady", counts.get("readyReplicas", 0))
+    return tuple(sorted(counts.items()))
+
+
+def _pod_outcome(name: str, pod: Mapping[str, Any], reasons: Mapping[str, set[str]]) -> PodOutcome:
+    cond = _condition(pod, "PodScheduled")
+    failed = cond is not None and cond.get("status") == "False"
+    status = pod.get("status") or {}
+    return PodOutcome(
+        name,
+        exists=True,
+        node=pod["spec"].get("nodeName") or None,
+        reason=cond.get("reason") if failed and cond else None,
+        message=cond.get("message") if failed and cond else None,
+        nominated_node=status.get("nominatedNodeName") or None,
+        terminating=bool(pod["metadata"].get("deletionTimestamp")),
+        events=tuple(sorted(reasons.get(pod["metadata"].get("uid", ""), ()))),
+    )
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def observe(
+    scenario: Scenario,
+    *,
+    pods: Sequence[JSON],
+    events: Sequence[JSON] = (),
+    workloads: Mapping[str, JSON | None] | None = None,
+    replicasets: Sequence[JSON] = (),
+    claims: Sequence[JSON] = (),
+    uids: Mapping[str, str] | None = None,
+) -> Observation:
+    """The outcome of a run from lists of its objects.
+
+    Pods with a known name (absent ones: exists=False, with the events of the uid
+    they had, from uids); each workload's status and the placements of the pods it
+    controls (a Deployment's through its ReplicaSets); the claims by "ns/name".
+    """
+    reasons: dict[str, set[str]] = {}
+    for ev in events:
+        regarding = ev.get("regarding") or {}
+        if regarding.get("kind") == "Pod" and regarding.get("uid"):
+            reasons.setdefault(str(regarding["uid"]), set()).add(str(ev.get("reason") or ""))
+    by_key = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    out: dict[str, PodOutcome] = {}
+    for name, namespace in known_pods(scenario):
+        pod = by_key.get((namespace, name))
         if pod is None:
-            return False
-        if pod.exists and not pod.node and pod.reason is None:
-            return False
+            uid = (uids or {}).get(name, "")
+            out[name] = PodOutcome(name, exists=False, events=tuple(sorted(reasons.get(uid, ()))))
+        else:
+            out[name] = _pod_outcome(name, pod, reasons)
+    objects = workloads or {}
+    owner: dict[str, str] = {}
+    for workload in scenario.workloads:
+        obj = objects.get(workload.name)
+        if obj is not None:
+            owner[str(obj["metadata"]["uid"])] = workload.name
+    for rs in replicasets:
+        parent = _controller_uid(rs)
+        if parent in owner:
+            owner[str(rs["metadata"]["uid"])] = owner[parent]
+    members: dict[str, list[PodOutcome]] = {w.name: [] for w in scenario.workloads}
+    for pod in pods:
+        parent = _controller_uid(pod)
+        if parent in owner:
+            members[owner[parent]].append(_pod_outcome(pod["metadata"]["name"], pod, reasons))
+    wl_out: dict[str, WorkloadOutcome] = {}
+    for workload in scenario.workloads:
+        obj = objects.get(workload.name)
+        if obj is None:
+            wl_out[workload.name] = WorkloadOutcome(workload.name, workload.kind, exists=False)
+            continue
+        mine = members[workload.name]
+        wl_out[workload.name] = WorkloadOutcome(
+            workload.name,
+            workload.kind,
+            status=_workload_status(workload.kind, obj),
+            pods=tuple(sorted(p.placement() for p in mine)),
+            settled=_workload_settled(workload.kind, obj, mine),
+        )
+    claim_out: dict[str, ClaimOutcome] = {}
+    for claim in claims:
+        meta = claim["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        claim_out[key] = ClaimOutcome(
+            key,
+            volume_name=(claim.get("spec") or {}).get("volumeName") or None,
+            phase=(claim.get("status") or {}).get("phase") or None,
+            selected_node=(meta.get("annotations") or {}).get(SELECTED_NODE_ANNOTATION),
+        )
+    return Observation(pods=out, workloads=wl_out, claims=claim_out)
+
+
+def _workload_settled(kind: str, obj: Mapping[str, Any], pods: Sequence[PodOutcome]) -> bool:
+    """Its pods are placed or reported and the controller has made all it wants: as many
+    pods as replicas (a Deployment: all updated and the old ones gone; a StatefulSet: all
+    ready; a DaemonSet: desiredNumberScheduled), or one is unschedulable, which may
+    hold the controller back."""
+    if any(p.terminating or (not p.node and p.reason is None) for p in pods):
+        return False
+    if any(not p.node for p in pods):
+        return True
+    status = obj.get("status") or {}
+    if status.get("observedGeneration", 0) < (obj.get("metadata") or {}).get("generation", 1):
+        return False
+    if kind == "DaemonSet":
+        return len(pods) == int(status.get("desiredNumberScheduled") or 0)
+    spec_replicas = (obj.get("spec") or {}).get("replicas")
+    want = 1 if spec_replicas is None else int(spec_replicas)
+    if len(pods) != want:
+        return False
+    if kind == "Deployment":
+        return int(status.get("updatedReplicas") or 0) == want == int(status.get("replicas") or 0)
+    if kind == "StatefulSet":
+        return int(status.get("readyReplicas") or 0) == want
     return True
+
+
+def _all_settled(scenario: Scenario, seen: Observation) -> bool:
+    """Every pod to schedule bound, reported or gone; no pod terminating; every
+    workload settled."""
+    scheduled = set(scenario.scheduled_names)
+    for name, pod in seen.pods.items():
+        if pod.terminating:
+            return False
+        if name in scheduled and pod.exists and not pod.node and pod.reason is None:
+            return False
+    for step in scenario.pods:
+        if step.name not in seen.pods:
+            return False
+    return all(w.settled or not w.exists for w in seen.workloads.values())
 
 
 def _condition(pod: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
@@ -1114,6 +1797,27 @@ def format_result(result: ScenarioResult, *, verbose: bool = False) -> str:
             for label, pod in (("reference", r), ("kscheduler", o)):
                 if pod is not None and pod.message and verbose:
                     lines.append(f"    {'':<{width}}    {label}: {pod.message}")
+                if pod is not None and pod.events and verbose:
+                    lines.append(f"    {'':<{width}}    {label} events: {', '.join(pod.events)}")
+        for workload in sc.workloads:
+            for label, wl in (("reference", ref.workloads), ("kscheduler", ours.workloads)):
+                got = wl.get(workload.name)
+                if got is None:
+                    continue
+                counts = ", ".join(f"{k}={v}" for k, v in got.status)
+                nodes = ", ".join(got.nodes) or "-"
+                lines.append(
+                    f"    {workload.kind} {workload.name} {label}: {counts}; nodes: {nodes}; "
+                    f"pending: {got.pending}"
+                )
+        for key in sorted(set(ref.claims) | set(ours.claims)):
+            for label, claims in (("reference", ref.claims), ("kscheduler", ours.claims)):
+                c = claims.get(key)
+                if c is not None:
+                    lines.append(
+                        f"    claim {key} {label}: {c.phase or '-'} volume {c.volume_name or '-'}"
+                        f" selected-node {c.selected_node or '-'}"
+                    )
     for title, diffs in (
         ("differences", result.differences),
         ("reference breaks the scenario's expectations", result.reference_failures),
