@@ -22,8 +22,10 @@ Filter (all rejections UnschedulableAndUnresolvable, several reasons possible)
     claim of the pod. Claims left over must be dynamically provisionable: the
     class has a provisioner other than ``kubernetes.io/no-provisioner`` and its
     allowedTopologies match the node; else "didn't find available persistent
-    volumes to bind". Storage capacity (CSIStorageCapacity) is not checked: every
-    provisionable claim is assumed to fit.
+    volumes to bind". When the class's CSI driver asks for capacity tracking
+    (CSIDriver ``spec.storageCapacity``), a CSIStorageCapacity of the class whose
+    nodeTopology selects the node must hold the request (``maximumVolumeSize``,
+    else ``capacity``); else "did not have enough free storage".
 
 Reserve / Unreserve
     The chosen volumes are assumed bound to their claims (and claims to provision
@@ -108,6 +110,8 @@ FILESYSTEM = "Filesystem"
 PVCS = "persistentvolumeclaims"
 PVS = "persistentvolumes"
 STORAGE_CLASSES = "storageclasses"
+CSI_DRIVERS = "csidrivers"
+CAPACITIES = "csistoragecapacities"
 
 
 # ---- args ------------------------------------------------------------------------------
@@ -156,6 +160,7 @@ class Claim:
     resource_version: str
     storage_class: str
     request: int  # storage, in milli-bytes so that fractional quantities compare exactly
+    request_set: bool  # whether the claim requests storage at all
     access_modes: tuple[str, ...]
     volume_mode: str
     attributes_class: str
@@ -195,6 +200,7 @@ class Claim:
             resource_version=str(meta.get("resourceVersion", "")),
             storage_class=_storage_class(annotations, spec.get("storageClassName")),
             request=_storage(_dict(_dict(spec.get("resources")).get("requests"))),
+            request_set="storage" in _dict(_dict(spec.get("resources")).get("requests")),
             access_modes=tuple(str(m) for m in spec.get("accessModes") or ()),
             volume_mode=str(spec.get("volumeMode") or FILESYSTEM),
             attributes_class=str(spec.get("volumeAttributesClassName") or ""),
@@ -334,7 +340,7 @@ class VolumeBinding:
             args = parse_args(args)
         if not isinstance(args, VolumeBindingArgs):
             raise ConfigError("", f"want args of type VolumeBindingArgs, got {type(args).__name__}")
-        for kind in (PVCS, PVS, STORAGE_CLASSES):
+        for kind in (PVCS, PVS, STORAGE_CLASSES, CSI_DRIVERS, CAPACITIES):
             handle.objects.list(kind)  # start the informers before sync
         return cls(handle.objects, handle.snapshot, handle.client, args)
 
@@ -467,8 +473,8 @@ class VolumeBinding:
     def _check_provisions(
         self, claims: Iterable[Claim], data: _CycleData, labels: Mapping[str, str]
     ) -> tuple[bool, bool, list[Claim]]:
-        """(provisionable, enough storage, claims to provision). Storage capacity is not
-        tracked here: it is always enough."""
+        """(provisionable, enough storage, claims to provision), stopping at the first
+        claim that cannot be provisioned for the node."""
         dynamic = []
         for claim in claims:
             if not claim.storage_class:
@@ -481,8 +487,30 @@ class VolumeBinding:
                 return False, True, []
             if not _match_topology(sc.get("allowedTopologies"), labels):
                 return False, True, []
+            if not self._enough_capacity(str(provisioner), claim, labels):
+                return True, False, []
             dynamic.append(claim)
         return True, True, dynamic
+
+    def _enough_capacity(self, provisioner: str, claim: Claim, labels: Mapping[str, str]) -> bool:
+        """Whether a CSIStorageCapacity of the claim's class, reachable from the node,
+        holds the claim's request. Checked only for a CSI driver that asks for it
+        (CSIDriver spec.storageCapacity); a claim without a storage request always fits."""
+        if not claim.request_set:
+            return True
+        driver = self._objects.get(CSI_DRIVERS, "", provisioner)
+        if driver is None or _dict(driver.get("spec")).get("storageCapacity") is not True:
+            return True
+        size = -(-claim.request // 1000)  # whole bytes, rounded up like Quantity.Value()
+        for capacity in self._objects.list(CAPACITIES):
+            if capacity.get("storageClassName") != claim.storage_class:
+                continue
+            limit = _capacity_limit(capacity)
+            if limit is None or limit < size:
+                continue
+            if _node_has_access(capacity, labels):
+                return True
+        return False
 
     # ---- Reserve / Unreserve -----------------------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
@@ -962,6 +990,18 @@ def _capacity_limit(capacity: Mapping[str, Any]) -> int | None:
         return parse_quantity(q)
     except QuantityError:
         return None
+
+
+def _node_has_access(capacity: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A capacity without a node topology is reachable from no node; a topology that
+    does not parse matches none either."""
+    topology = capacity.get("nodeTopology")
+    if not isinstance(topology, dict):
+        return False
+    try:
+        return LabelSelector.parse(topology, "nodeTopology").matches(labels)
+    except SelectorError:
+        return False
 
 
 def _rv_older(current: str, written: str) -> bool:

@@ -17,6 +17,7 @@ from kscheduler.plugins.volume_binding import (
     ANN_SELECTED_NODE,
     ERR_REASON_BIND_CONFLICT,
     ERR_REASON_NODE_CONFLICT,
+    ERR_REASON_NOT_ENOUGH_SPACE,
     ERR_REASON_PV_NOT_EXIST,
     ERR_UNBOUND_IMMEDIATE_CLAIMS,
     VolumeBinding,
@@ -409,6 +410,80 @@ def test_dynamic_provisioning(sc: dict[str, Any], expected: dict[str, bool]) -> 
             assert [c.name for c in chosen.dynamic] == ["c"]
         else:
             assert reasons(by_node[node_name]) == [ERR_REASON_BIND_CONFLICT]
+
+
+def csi_driver(name: str = "csi.example.com", capacity: bool | None = True) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if capacity is not None:
+        spec["storageCapacity"] = capacity
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def storage_capacity(
+    name: str,
+    *,
+    zone: str | None = "a",
+    sc: str = "wait",
+    capacity: str | None = None,
+    maximum: str | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "storageClassName": sc,
+    }
+    if zone is not None:
+        out["nodeTopology"] = {"matchLabels": {ZONE: zone}}
+    if capacity is not None:
+        out["capacity"] = capacity
+    if maximum is not None:
+        out["maximumVolumeSize"] = maximum
+    return out
+
+
+@pytest.mark.parametrize(
+    ("driver", "capacities", "expected"),
+    [
+        # the driver does not ask for capacity tracking: no check
+        (csi_driver(capacity=False), [], {"n1": True, "n2": True}),
+        (csi_driver(capacity=None), [], {"n1": True, "n2": True}),
+        (None, [], {"n1": True, "n2": True}),
+        # it does: a capacity of the class reachable from the node must hold 1Gi
+        (csi_driver(), [], {"n1": False, "n2": False}),
+        (csi_driver(), [storage_capacity("a", capacity="2Gi")], {"n1": True, "n2": False}),
+        (csi_driver(), [storage_capacity("a", capacity="512Mi")], {"n1": False, "n2": False}),
+        # maximumVolumeSize wins over capacity
+        (
+            csi_driver(),
+            [storage_capacity("a", capacity="10Gi", maximum="512Mi")],
+            {"n1": False, "n2": False},
+        ),
+        (
+            csi_driver(),
+            [storage_capacity("a", capacity="512Mi", maximum="1Gi")],
+            {"n1": True, "n2": False},
+        ),
+        # another class's capacity, or one without a topology, does not count
+        (csi_driver(), [storage_capacity("a", sc="other", capacity="2Gi")], {"n1": False}),
+        (csi_driver(), [storage_capacity("x", zone=None, capacity="2Gi")], {"n1": False}),
+    ],
+)
+def test_storage_capacity(
+    driver: dict[str, Any] | None, capacities: list[dict[str, Any]], expected: dict[str, bool]
+) -> None:
+    objects: dict[str, list[dict[str, Any]]] = {
+        PVCS: [pvc("c")],
+        SCS: [storage_class(provisioner="csi.example.com")],
+        volume_binding.CAPACITIES: capacities,
+        volume_binding.CSI_DRIVERS: [driver] if driver else [],
+    }
+    env = Env(objects)
+    _, st, by_node = env.cycle(claim_pod("c"))
+    assert st is None
+    for node_name, ok in expected.items():
+        if ok:
+            assert by_node[node_name] is None
+        else:
+            assert reasons(by_node[node_name]) == [ERR_REASON_NOT_ENOUGH_SPACE]
 
 
 def test_claim_with_a_selected_node_fits_only_that_node() -> None:
