@@ -295,11 +295,19 @@ async def test_every_manifest_passes_server_side_dry_run(rest: RestClient, names
         },
         "spec": template["spec"],
     }
-    await rest.post(
-        f"/api/v1/namespaces/{DEPLOY_NAMESPACE}/pods",
-        pod,
-        {"dryRun": "All", "fieldValidation": "Strict"},
-    )
+    # The ServiceAccount admission plugin wants the pod's account to exist: create it
+    # for real for this one check.
+    sa = one("ServiceAccount")
+    sa_path = f"/api/v1/namespaces/{DEPLOY_NAMESPACE}/serviceaccounts"
+    await rest.post(sa_path, sa)
+    try:
+        await rest.post(
+            f"/api/v1/namespaces/{DEPLOY_NAMESPACE}/pods",
+            pod,
+            {"dryRun": "All", "fieldValidation": "Strict"},
+        )
+    finally:
+        await rest.delete(f"{sa_path}/{sa['metadata']['name']}")
     # Only the ServiceMonitor may be left out, and only when its CRD is not installed (the
     # harness installs no CRDs; test_manifests_agree_with_each_other_and_with_kscheduler
     # checks it against the Service instead).
