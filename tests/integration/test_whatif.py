@@ -63,9 +63,15 @@ def controller(kind: str, name: str, replicas: int | None, tmpl: dict[str, Any])
 
 
 async def what_if(
-    cp: ControlPlane, tmp: Path, namespace: str, *docs: dict[str, Any], extra: tuple[str, ...] = ()
+    cp: ControlPlane,
+    tmp: Path,
+    namespace: str,
+    *docs: dict[str, Any],
+    extra: tuple[str, ...] = (),
+    kubeconfig: Path | None = None,
 ) -> dict[str, Any]:
-    """explain -f (one file per document, in order) -o json, as the scheduler's identity."""
+    """explain -f (one file per document, in order) -o json, as the scheduler's identity
+    unless ``kubeconfig`` says otherwise."""
     args: list[str] = []
     for i, d in enumerate(docs):
         f = tmp / f"doc-{i}.yaml"
@@ -83,7 +89,7 @@ async def what_if(
         "-o",
         "json",
         "--kubeconfig",
-        str(cp.scheduler_kubeconfig),
+        str(kubeconfig or cp.scheduler_kubeconfig),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -92,6 +98,34 @@ async def what_if(
     assert proc.returncode == 0, err.decode()
     data: dict[str, Any] = json.loads(out)
     return data
+
+
+async def what_if_fails(
+    cp: ControlPlane, tmp: Path, namespace: str, *docs: dict[str, Any]
+) -> tuple[int, str]:
+    args: list[str] = []
+    for i, d in enumerate(docs):
+        f = tmp / f"bad-{i}.yaml"
+        f.write_text(yaml.safe_dump(d))
+        args += ["-f", str(f)]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kscheduler",
+        "explain",
+        *args,
+        "-n",
+        namespace,
+        "--kubeconfig",
+        str(cp.scheduler_kubeconfig),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert out == b""
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
 
 
 async def apply(rest: RestClient, namespace: str, doc: dict[str, Any]) -> None:
@@ -326,3 +360,92 @@ async def test_daemonset_one_pod_per_node_and_the_full_one_pending(
         bound, messages = await settle(rest, namespace, "app=agent", 2, 1)
     assert bound == nodes
     assert messages == errors
+
+
+async def test_pdb_from_the_manifests_steers_the_preemption_the_daemon_then_does(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    await create_nodes(
+        rest, [make_node("p1", cpu="2", memory="8Gi"), make_node("p2", cpu="2", memory="8Gi")]
+    )
+    classes = {f"{namespace}-low": 0, f"{namespace}-mid": 10, f"{namespace}-high": 1000}
+    for name, value in classes.items():
+        await rest.post(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+    try:
+        # without a PDB the less important pod (guarded, priority 0) is the victim
+        await create_pods(
+            rest,
+            [
+                make_pod(
+                    "guarded",
+                    namespace,
+                    cpu="2",
+                    labels={"app": "db"},
+                    priority_class_name=f"{namespace}-low",
+                    node_name="p1",
+                ),
+                make_pod(
+                    "free",
+                    namespace,
+                    cpu="2",
+                    labels={"app": "cache"},
+                    priority_class_name=f"{namespace}-mid",
+                    node_name="p2",
+                ),
+            ],
+        )
+        pdb = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "db"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+        }
+        tmpl = template({"app": "urgent"}, "1", "256Mi", priorityClassName=f"{namespace}-high")
+        dep = controller("Deployment", "urgent", 1, tmpl)
+        # an operator's identity: the scheduler's may not read PriorityClasses
+        admin = control_plane.admin_kubeconfig
+        rc, err = await what_if_fails(control_plane, tmp_path, namespace, dep)
+        assert rc == 1 and "cannot read PriorityClass" in err, err
+        alone = await what_if(control_plane, tmp_path, namespace, dep, kubeconfig=admin)
+        (p,) = alone["placements"]
+        assert p["preemption"]["node"] == "p1", p
+        assert p["preemption"]["evictions"] == [f"{namespace}/guarded"]
+
+        guarded = await what_if(control_plane, tmp_path, namespace, pdb, dep, kubeconfig=admin)
+        (p,) = guarded["placements"]
+        assert guarded["objects"] == [f"PodDisruptionBudget {namespace}/db"]
+        assert p["fitError"].startswith("0/2 nodes are available: 2 Insufficient cpu.")
+        assert p["preemption"]["node"] == "p2", p
+        assert p["preemption"]["evictions"] == [f"{namespace}/free"]
+
+        await apply(rest, namespace, pdb)
+
+        async def counted() -> bool:
+            got = await rest.get(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/db")
+            status = got.get("status") or {}
+            return status.get("observedGeneration") == 1 and status.get("currentHealthy") == 1
+
+        await wait_for(counted, timeout=60, what="the disruption controller counted the PDB")
+        async with running_kscheduler(control_plane):
+            await apply(rest, namespace, dep)
+            bound, _ = await settle(rest, namespace, "app=urgent", 1, 0)
+        assert bound == Counter({"p2": 1})
+        names = {
+            p["metadata"]["name"] for p in await rest.list(f"/api/v1/namespaces/{namespace}/pods")
+        }
+        assert "guarded" in names and "free" not in names
+    finally:
+        for name in classes:
+            await rest.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
