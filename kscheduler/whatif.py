@@ -528,7 +528,7 @@ async def _max(s: _Session, doc: Document, w: Workload) -> MaxResult:
     why = "" if status is not None else _node_local(fwk, state, probe)
     per_node: Counter[str] = Counter()
     count = 0
-    if status is None and not why and not s.pdbs:
+    if status is None and not why:
         method = "per-node"
         candidates = nodes
         if pre is not None and pre.node_names is not None:
@@ -550,8 +550,6 @@ async def _max(s: _Session, doc: Document, w: Workload) -> MaxResult:
                 count += 1
     else:
         method = "cycle-by-cycle"
-        if status is None and not why:
-            why = "PodDisruptionBudgets from the manifests are recomputed per pod"
         while True:
             raw = w.pod(count)
             s.add_claims(w, count)
