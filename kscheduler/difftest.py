@@ -24,7 +24,8 @@ Scenario format::
          extended: {example.com/gpu: 2}, declaredFeatures: [VolumeBindMountOptions]}
     objects: [...]                      # raw objects (Service, PV, PVC, StorageClass,
                                         # CSINode, PDB ...); a "status" is written after
-                                        # create (not a PDB's: the disruption controller's)
+                                        # create (not a PDB's, PV's or PVC's: the
+                                        # controllers write those)
     existingPods:                       # created already bound (node: is spec.nodeName)
       - {name: old, node: n0, cpu: "1", labels: {app: db}}
     workloads:                          # raw Deployment/ReplicaSet/StatefulSet/DaemonSet
@@ -77,8 +78,9 @@ A run is settled when every pod to schedule is bound or carries
 PodScheduled=False (or was deleted), no pod is terminating, every workload has
 made its pods (or one of them is unschedulable), and nothing observed has
 changed for ``settleSeconds``. Before the scheduler starts, existing pods are
-Running (kwok) and every PodDisruptionBudget has been counted by the disruption
-controller. The reference binary's ``--version`` must be the pinned
+Running (kwok), every PodDisruptionBudget has been counted by the disruption
+controller and every claim with a volumeName is Bound (the PV controller). The
+reference binary's ``--version`` must be the pinned
 :data:`kscheduler.controlplane.binaries.K8S_VERSION`.
 
 Run ``python -m kscheduler.difftest SCENARIO.yaml|DIR ...`` to play scenarios on
@@ -655,9 +657,23 @@ def _raw_object(raw: Any, where: str) -> JSON:
         raise ScenarioError(f"{where}: {raw['kind']} objects go in their own section")
     if (raw["apiVersion"], raw["kind"]) in WORKLOAD_KINDS:
         raise ScenarioError(f"{where}: a {raw['kind']} goes in workloads")
-    if raw["kind"] == "PodDisruptionBudget" and "status" in raw:
-        raise ScenarioError(f"{where}.status: the disruption controller writes it; leave it out")
+    annotations = meta.get("annotations") or {}
+    if raw["kind"] == "PersistentVolumeClaim" and "pv.kubernetes.io/bind-completed" in annotations:
+        raise ScenarioError(
+            f"{where}.metadata.annotations: pv.kubernetes.io/bind-completed is the PV "
+            "controller's; a claim with spec.volumeName is bound by it"
+        )
+    owner = _STATUS_OWNERS.get(str(raw["kind"]))
+    if owner is not None and "status" in raw:
+        raise ScenarioError(f"{where}.status: the {owner} writes it; leave it out")
     return copy.deepcopy(raw)
+
+
+_STATUS_OWNERS: Final = {
+    "PodDisruptionBudget": "disruption controller",
+    "PersistentVolume": "PV controller",
+    "PersistentVolumeClaim": "PV controller",
+}
 
 
 def _workload(raw: Any, where: str) -> Workload:
@@ -1444,8 +1460,9 @@ class DiffRunner:
         self, scenario: Scenario, created: list[JSON], outcome: RunOutcome
     ) -> None:
         """Nodes, extra objects (appended to created) and existing pods, in that order;
-        then wait until kwok runs the existing pods and the disruption controller has
-        counted them in every PodDisruptionBudget."""
+        then wait until kwok runs the existing pods, the disruption controller has
+        counted them in every PodDisruptionBudget and the PV controller has bound every
+        claim that names its volume."""
         for node in scenario.nodes:
             await self.api.post("/api/v1/nodes", node)
         for obj in scenario.objects:
@@ -1479,9 +1496,15 @@ class DiffRunner:
                 path, lambda p: (p.get("status") or {}).get("phase") == "Running", within=30
             )
         for obj in scenario.objects:
+            path = f"{await self._object_path(obj)}/{obj['metadata']['name']}"
             if obj["kind"] == "PodDisruptionBudget":
-                path = f"{await self._object_path(obj)}/{obj['metadata']['name']}"
                 await self.api.wait_for(path, _budget_counted, within=30)
+            if obj["kind"] == "PersistentVolumeClaim" and (obj.get("spec") or {}).get(
+                "volumeName"
+            ):  # pre-bound: the PV controller completes the bind
+                await self.api.wait_for(
+                    path, lambda c: (c.get("status") or {}).get("phase") == "Bound", within=30
+                )
 
     async def _wipe_run_state(self, scenario: Scenario, *, objects: Sequence[JSON]) -> None:
         """No workloads, pods, claims or events in the scenario's namespaces, no pods
