@@ -18,7 +18,7 @@ from kscheduler.apiclient import ApiClusterClient
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.config import KubeSchedulerConfiguration
 from kscheduler.eventhandlers import EventHandlers
-from kscheduler.events import Broadcaster
+from kscheduler.events import EVENT_WORKERS, Broadcaster
 from kscheduler.extender import (
     build_extenders,
     process_preemption,
@@ -114,7 +114,7 @@ class SchedulerApp:
         self.client = ApiClusterClient(kube)
         # events go through their own client and rate limiter, as kube-scheduler's
         # event client does: a burst of FailedScheduling events never delays binds
-        self.events_kube = KubeClient(kube.config, pool_size=8, stream_pool_size=1)
+        self.events_kube = KubeClient(kube.config, pool_size=EVENT_WORKERS, stream_pool_size=1)
         self.broadcaster = Broadcaster(ApiClusterClient(self.events_kube))
         specs = profile_specs(cfg)
         self.frameworks: dict[str, Framework] = {}

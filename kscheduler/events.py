@@ -4,6 +4,11 @@ A pod that stays pending fails the same way again and again; instead of a new
 Event each time, a repeat of the same (pod, type, reason, action, note) within
 ``SERIES_WINDOW`` bumps a local count, and the Event's ``series`` is patched at
 most once per ``SERIES_FLUSH`` seconds.
+
+Writes go out through ``concurrency`` workers at once (as the writes of
+kube-scheduler's broadcaster do not wait for one another), so a burst of
+Scheduled events lands while the pods are being bound rather than one round
+trip at a time afterwards. A series patch waits for its Event's create.
 """
 
 from __future__ import annotations
@@ -53,14 +58,29 @@ class _Series:
     last_sent_count: int
 
 
+#: event writes in flight at once
+EVENT_WORKERS = 16
+
+
 class Broadcaster:
-    """Sends events for every profile's recorder through one bounded queue and worker."""
+    """Sends events for every profile's recorder through one bounded queue and
+    ``concurrency`` workers."""
 
     def __init__(
-        self, sink: EventSink, *, max_pending: int = 10000, clock: Callable[[], float] = time.time
+        self,
+        sink: EventSink,
+        *,
+        max_pending: int = 10000,
+        concurrency: int = EVENT_WORKERS,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
         self._sink = sink
+        self._concurrency = concurrency
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(max_pending)
+        #: Event name -> set once its create has been answered (patches wait for it)
+        self._creating: dict[str, asyncio.Event] = {}
         self._series: dict[tuple[str, ...], _Series] = {}
         self._clock = clock
         self.dropped = 0
@@ -82,32 +102,52 @@ class Broadcaster:
         except asyncio.QueueFull:
             self.dropped += 1
             return
-        self._series[key] = _Series(
-            body["metadata"]["name"], body["metadata"]["namespace"], 1, now, 1
-        )
+        name = body["metadata"]["name"]
+        self._creating[name] = asyncio.Event()
+        self._series[key] = _Series(name, body["metadata"]["namespace"], 1, now, 1)
 
     async def run(self) -> None:
-        flusher = asyncio.create_task(self._flush_loop(), name="events-series-flush")
+        tasks = [asyncio.create_task(self._flush_loop(), name="events-series-flush")]
+        tasks += [
+            asyncio.create_task(self._worker(), name=f"events-{i}")
+            for i in range(self._concurrency)
+        ]
         try:
-            while True:
-                op, arg = await self._queue.get()
-                await self._send(op, arg)
-                self._queue.task_done()
+            await asyncio.gather(*tasks)
         finally:
-            flusher.cancel()
-            await asyncio.gather(flusher, return_exceptions=True)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _worker(self) -> None:
+        while True:
+            op, arg = await self._queue.get()
+            try:
+                await self._send(op, arg)
+            finally:
+                self._queue.task_done()
 
     async def _send(self, op: str, arg: Any) -> None:
+        created = ""
         try:
             if op == "create":
                 _, body, _ = arg
+                created = body["metadata"]["name"]
                 await self._sink.create(body["metadata"]["namespace"], body)
             else:
                 ns, name, patch = arg
+                pending = self._creating.get(name)
+                if pending is not None:
+                    await pending.wait()
                 await self._sink.patch(ns, name, patch)
             self.sent += 1
         except Exception as exc:  # an event is best effort; never stop the scheduler for it
             log.warning("event write failed", op=op, error=str(exc))
+        finally:
+            if created:
+                done = self._creating.pop(created, None)
+                if done is not None:
+                    done.set()
 
     async def _flush_loop(self) -> None:
         while True:

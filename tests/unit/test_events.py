@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from kscheduler.events import MAX_NOTE, SERIES_WINDOW, Broadcaster, truncate_note
 
 POD = {
@@ -108,3 +110,78 @@ def test_note_truncated_to_1024_bytes() -> None:
     out = truncate_note(long)
     assert len(out.encode()) <= MAX_NOTE and out.endswith(" ...")
     assert truncate_note("short") == "short"
+
+
+class SlowSink(Sink):
+    """Holds every write open until released; records how many were open at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = 0
+        self.most_open = 0
+        self.release = asyncio.Event()
+        self.order: list[str] = []
+
+    async def _hold(self) -> None:
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        await self.release.wait()
+        self.open -= 1
+
+    async def create(self, namespace: str, body: dict[str, Any]) -> None:
+        await self._hold()
+        self.order.append("create " + body["metadata"]["name"])
+        await super().create(namespace, body)
+
+    async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self.order.append("patch " + name)
+        await super().patch(namespace, name, body)
+
+
+def pod(i: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u-{i}"}}
+
+
+async def test_writes_go_out_concurrently_up_to_the_bound() -> None:
+    sink = SlowSink()
+    b = Broadcaster(sink, concurrency=4)
+    rec = b.recorder("s")
+    for i in range(10):
+        rec.event(pod(i), "Normal", "Scheduled", "Binding", f"to n{i}")
+    task = asyncio.create_task(b.run())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.most_open == 4  # four in flight at once, never more
+    sink.release.set()
+    await b.drain(2)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert len(sink.created) == 10 and sink.most_open == 4 and b.sent == 10
+
+
+async def test_series_patch_waits_for_its_create() -> None:
+    now = [0.0]
+    sink = SlowSink()
+    b = Broadcaster(sink, concurrency=8, clock=lambda: now[0])
+    rec = b.recorder("s")
+    for _ in range(3):
+        rec.event(POD, "Warning", "FailedScheduling", "Scheduling", "m")
+        now[0] += 1
+    task = asyncio.create_task(b.run())
+    await asyncio.sleep(0)
+    b.flush_series()  # the patch is queued while its create is still open
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.patched == []
+    sink.release.set()
+    await b.drain(2)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    name = sink.created[0]["metadata"]["name"]
+    assert sink.order == [f"create {name}", f"patch {name}"]
+    assert sink.patched[0][2]["series"]["count"] == 3
+
+
+def test_concurrency_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        Broadcaster(Sink(), concurrency=0)
