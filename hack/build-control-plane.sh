@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the pinned kube-apiserver, kube-scheduler, kube-controller-manager, etcd
+# Build the pinned kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd
 # and kwok from their Go modules into a cache directory outside the clone, keyed
 # by version. Reused when present.
 # Binaries on PATH or in KUBEBUILDER_ASSETS are used by the harness before these.
@@ -13,7 +13,7 @@ kwok_version="v0.8.0"
 cache_root="${KSCHEDULER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kscheduler}"
 out="$cache_root/controlplane/k8s-${k8s_version}_etcd-${etcd_version}_kwok-${kwok_version}"
 
-binaries=(kube-apiserver kube-scheduler kube-controller-manager etcd kwok)
+binaries=(kube-apiserver kube-scheduler kube-controller-manager kubectl etcd kwok)
 cached=1
 for b in "${binaries[@]}"; do [[ -x "$out/$b" ]] || cached=0; done
 if [[ $cached == 1 && -d "$out/kwok-stages" ]]; then
@@ -37,6 +37,8 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
+# kubectl, for dev-cluster users (the tests do not need it)
+go build -trimpath -ldflags "$ldflags" -o "$tmp/kubectl" k8s.io/kubernetes/cmd/kubectl
 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 echo "control plane: kube components built in $((SECONDS - start))s"
 # kwok is built from its own module, outside ours (it has its own pinned client-go).

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -55,6 +56,11 @@ _USE_KSCHEDULER = '{"spec":{"template":{"spec":{"schedulerName":"kscheduler"}}}}
 
 def _print_instructions(cp: ControlPlane, nodes: int) -> None:
     admin = shlex.quote(str(cp.admin_kubeconfig))
+    # kubectl is built beside the cluster's binaries when it is not on PATH already
+    kubectl = cp.binaries.kube_apiserver.parent / "kubectl"
+    path_line = ""
+    if shutil.which("kubectl") is None and kubectl.is_file():
+        path_line = f"\n  export PATH={shlex.quote(str(kubectl.parent))}:$PATH"
     scheduler = shlex.quote(str(cp.scheduler_kubeconfig))
     print(
         f"""
@@ -71,8 +77,8 @@ cluster ready in {cp.startup_seconds or 0:.1f}s: kube-apiserver {cp.url}, {nodes
   scheduler kubeconfig:  {cp.scheduler_kubeconfig}   (user system:kube-scheduler)
   logs:                  {cp.workdir}/*.log
 
-  export KUBECONFIG={admin}
-  kubectl --kubeconfig {admin} get nodes
+  export KUBECONFIG={admin}{path_line}
+  kubectl get nodes
   kscheduler --kubeconfig {scheduler}
   kubectl create deployment web --image=nginx --replicas=3
   kubectl patch deployment web -p {shlex.quote(_USE_KSCHEDULER)}
