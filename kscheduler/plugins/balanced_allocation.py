@@ -2,10 +2,15 @@
 
 For each configured resource f = min(1, requested / allocatable), counting the
 node's pods and the incoming pod with their real requests (no non-zero
-defaults). The score is (1 - std(f)) * 100, truncated; with two resources std is
-|f1 - f2| / 2. A resource with no allocatable, or an extended resource the pod
-does not request, is left out. Pods requesting none of the resources are not
-scored (PreScore returns Skip), so best-effort pods do not pile up on one node.
+defaults). A node's balance is (1 - std(f)) * 100, truncated; with two resources
+std is |f1 - f2| / 2. The score rewards the change the pod makes to it (as
+kube-scheduler 1.37 scores): 50 + (50 + with - without) / 2 in integer division
+toward zero, where ``with`` is the balance with the pod placed and ``without``
+the node's balance as it is, so a pod that evens a node out scores above 75 and
+one that unbalances it below. A resource with no allocatable, or an extended
+resource the pod does not request, is left out. Pods requesting none of the
+resources are not scored (PreScore returns Skip), so best-effort pods do not
+pile up on one node.
 """
 
 from __future__ import annotations
@@ -93,6 +98,14 @@ def pod_requests(pod: PodInfo, names: Sequence[str]) -> list[int]:
     return out
 
 
+def change_score(with_pod: int, without_pod: int) -> int:
+    """50 + (50 + with - without) / 2, the division truncating toward zero as Go's."""
+    half = MAX_NODE_SCORE // 2
+    delta = half + with_pod - without_pod
+    step = delta // 2 if delta >= 0 else -((-delta) // 2)
+    return half + step
+
+
 def _allocatable_and_requested(node_info: NodeInfo, name: str, pod_request: int) -> tuple[int, int]:
     alloc = node_info.allocatable
     used = node_info.requested
@@ -166,6 +179,7 @@ class NodeResourcesBalancedAllocation:
                 return 0, None
         n = len(self._names)
         requested = [0] * n
+        allocated = [0] * n
         allocatable = [0] * n
         for i, name in enumerate(self._names):
             alloc, req = _allocatable_and_requested(node_info, name, requests[i])
@@ -173,13 +187,16 @@ class NodeResourcesBalancedAllocation:
                 continue
             allocatable[i] = alloc
             requested[i] = req
-        return balanced_score(requested, allocatable), None
+            allocated[i] = req - requests[i]
+        with_pod = balanced_score(requested, allocatable)
+        return change_score(with_pod, balanced_score(allocated, allocatable)), None
 
     def score_nodes(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[list[int], Status | None]:
         """score() for many nodes at once; over cpu and memory (the default) the
         two-fraction case (std = |f0 - f1| / 2) is computed inline, same floats."""
+        half = MAX_NODE_SCORE // 2
         reqs = state.get(PRE_SCORE_KEY)
         if self._names != ("cpu", "memory") or reqs is None:
             return [self.score(state, pod, ni)[0] for ni in nodes], None
@@ -189,7 +206,7 @@ class NodeResourcesBalancedAllocation:
         for ni in nodes:
             node = ni.node
             if node is None:
-                append(MAX_NODE_SCORE)
+                append(change_score(MAX_NODE_SCORE, MAX_NODE_SCORE))
                 continue
             alloc = node.allocatable
             ac = alloc.milli_cpu
@@ -203,9 +220,19 @@ class NodeResourcesBalancedAllocation:
                 if f1 > 1.0:
                     f1 = 1.0
                 d = (f0 - f1) / 2
-                append(int((1 - (d if d >= 0 else -d)) * MAX_NODE_SCORE))
-            else:  # one fraction or none: no spread
-                append(MAX_NODE_SCORE)
+                with_pod = int((1 - (d if d >= 0 else -d)) * MAX_NODE_SCORE)
+                g0 = used.milli_cpu / ac
+                g1 = used.memory / am
+                if g0 > 1.0:
+                    g0 = 1.0
+                if g1 > 1.0:
+                    g1 = 1.0
+                e = (g0 - g1) / 2
+                without_pod = int((1 - (e if e >= 0 else -e)) * MAX_NODE_SCORE)
+                delta = half + with_pod - without_pod
+                append(half + (delta // 2 if delta >= 0 else -((-delta) // 2)))
+            else:  # one fraction or none: no spread, no change
+                append(change_score(MAX_NODE_SCORE, MAX_NODE_SCORE))
         return out, None
 
 
