@@ -95,8 +95,8 @@ def pod_resources(spec: Mapping[str, Any]) -> tuple[Resource, int, int, int, int
     Pod-level requests (``spec.resources.requests``: cpu, memory, hugepages-*),
     where any is given and the PodLevelResources gate is on, replace the
     container sum for those resources. The non-zero values then follow two rules,
-    as kube-scheduler's: the incoming pod's score counts 100m / 200Mi for each
-    container missing a request and then takes the pod-level value; a node's
+    as kube-scheduler's: the incoming pod's score (NodeResourcesFit) ignores the
+    pod level and counts 100m / 200Mi for each container missing a request; a node's
     totals count the defaults only for a resource that neither the containers,
     the pod level nor the overhead mention, and the real request otherwise.
     Without pod-level requests both are the per-container defaults.
@@ -148,6 +148,9 @@ def pod_resources(spec: Mapping[str, Any]) -> tuple[Resource, int, int, int, int
         and GATES.pod_level_resources
         and any(_is_pod_level_resource(k) for k in pod_level)
     )
+    # the incoming pod's score never sees the pod level (NodeResourcesFit's scorer
+    # leaves it out), only the containers with their defaults
+    score_cpu, score_mem = nz_cpu, nz_mem
     if pod_level_set:
         pl = Resource.from_list(pod_level, "spec.resources.requests")
         if "cpu" in pod_level:
@@ -166,6 +169,8 @@ def pod_resources(spec: Mapping[str, Any]) -> tuple[Resource, int, int, int, int
         total.add(o)
         nz_cpu += o.milli_cpu
         nz_mem += o.memory
+        score_cpu += o.milli_cpu
+        score_mem += o.memory
         has_cpu = has_cpu or "cpu" in raw_overhead
         has_mem = has_mem or "memory" in raw_overhead
     if not pod_level_set:
@@ -174,8 +179,8 @@ def pod_resources(spec: Mapping[str, Any]) -> tuple[Resource, int, int, int, int
         total,
         total.milli_cpu if has_cpu else nz_cpu,
         total.memory if has_mem else nz_mem,
-        nz_cpu,
-        nz_mem,
+        score_cpu,
+        score_mem,
     )
 
 

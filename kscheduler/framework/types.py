@@ -236,8 +236,8 @@ class PodInfo:
     non_zero_cpu: int = 0
     non_zero_memory: int = 0
     #: CPU/memory as NodeResourcesFit's score counts the pod being scheduled: the
-    #: per-container defaults, then the pod-level requests. Equal to the two above
-    #: unless the pod has pod-level requests.
+    #: containers with the per-container defaults, never the pod-level requests.
+    #: Equal to the two above unless the pod has pod-level requests.
     score_cpu: int = 0
     score_memory: int = 0
     scheduling_gates: tuple[str, ...] = ()

@@ -45,37 +45,38 @@ def _res(p: PodBuilder) -> tuple[int, int, int, int, int, int]:
     [
         # no pod-level requests: both rules are the per-container defaults
         (pod("p").container().container(), (0, 0, 2 * CPU0, 2 * MEM0, 2 * CPU0, 2 * MEM0)),
-        # pod-level cpu and memory: the real values everywhere
+        # pod-level cpu and memory: the real values in the totals; the score leaves
+        # the pod level out (the containers with their defaults)
         (
             pod("p").container().container().pod_requests(cpu="2", memory="1Gi"),
-            (2000, Gi, 2000, Gi, 2000, Gi),
+            (2000, Gi, 2000, Gi, 2 * CPU0, 2 * MEM0),
         ),
         # pod-level cpu only, no container mentions memory: defaults for memory in both
         (
             pod("p").container().container().pod_requests(cpu="2"),
-            (2000, 0, 2000, 2 * MEM0, 2000, 2 * MEM0),
+            (2000, 0, 2000, 2 * MEM0, 2 * CPU0, 2 * MEM0),
         ),
         # pod-level memory; one container asks for cpu, the other not: the node's
         # totals take the real cpu sum (cpu is mentioned), the score adds 100m for
         # the container without a cpu request
         (
             pod("p").req(cpu="300m").container().pod_requests(memory="1Gi"),
-            (300, Gi, 300, Gi, 300 + CPU0, Gi),
+            (300, Gi, 300, Gi, 300 + CPU0, 2 * MEM0),
         ),
-        # a cpu request of zero counts as mentioned
+        # a cpu request of zero counts as mentioned (and as zero in the score)
         (
             pod("p").req(cpu="0").container().pod_requests(memory="1Gi"),
-            (0, Gi, 0, Gi, CPU0, Gi),
+            (0, Gi, 0, Gi, CPU0, 2 * MEM0),
         ),
         # the overhead mentions cpu: no default for the node's totals
         (
             pod("p").container().pod_requests(memory="1Gi").overhead(cpu="50m"),
-            (50, Gi, 50, Gi, CPU0 + 50, Gi),
+            (50, Gi, 50, Gi, CPU0 + 50, MEM0),
         ),
         # init containers mention resources too
         (
             pod("p").init(cpu="1").container().pod_requests(memory="1Gi"),
-            (1000, Gi, 1000, Gi, 1000, Gi),
+            (1000, Gi, 1000, Gi, 1000, MEM0),
         ),
         # only hugepages at pod level: pod-level resources are set, cpu/memory unmentioned
         (
@@ -157,9 +158,10 @@ def _score(pl: NodeResourcesFit | BalancedAllocation, p: PodBuilder, *existing: 
 
 
 def test_fit_score_incoming_pod_rule() -> None:
-    # incoming: cpu 300m + 100m (container without cpu) = 400m -> 60; memory 500Mi -> 50
+    # incoming: cpu 300m + 100m (container without cpu) = 400m -> 60; memory: the
+    # pod level is left out, 2 x 200Mi (no container asks) = 400Mi -> 60
     p = pod("p").req(cpu="300m").container().pod_requests(memory="500Mi")
-    assert _score(FIT, p) == (60 + 50) // 2
+    assert _score(FIT, p) == (60 + 60) // 2
 
 
 def test_fit_score_node_totals_rule() -> None:
@@ -169,20 +171,22 @@ def test_fit_score_node_totals_rule() -> None:
     assert _score(FIT, pod("p").container(), e) == (60 + 30) // 2
 
 
-def test_fit_score_pod_level_replaces_defaults() -> None:
-    # pod-level 200m / 100Mi instead of 2 x (100m, 200Mi): cpu 80, memory 90
-    p = pod("p").container().container().pod_requests(cpu="200m", memory="100Mi")
-    assert _score(FIT, p) == (80 + 90) // 2
+def test_fit_score_ignores_pod_level_requests() -> None:
+    # kube-scheduler's NodeResourcesFit scores the incoming pod without its pod-level
+    # requests: 2 x (100m, 200Mi) rather than 300m / 100Mi: cpu 80, memory 60
+    p = pod("p").container().container().pod_requests(cpu="300m", memory="100Mi")
+    assert _score(FIT, p) == (80 + 60) // 2
 
 
 def test_balanced_allocation_uses_pod_level_requests() -> None:
     ba = BalancedAllocation.new(ba_args({}), None)  # type: ignore[arg-type]
-    # pod-level 500m / 500Mi: fractions 0.5 / 0.5 -> perfectly balanced
+    # pod-level 500m / 500Mi: fractions 0.5 / 0.5 -> perfectly balanced, as the empty
+    # node: no change, 75
     p = pod("p").req(cpu="100m", memory="400Mi").pod_requests(cpu="500m", memory="500Mi")
-    assert _score(ba, p) == 100
-    # the containers' own values would be 0.1 / 0.4: unbalanced
+    assert _score(ba, p) == 75
+    # the containers' own values would be 0.1 / 0.4: the pod unbalances the node
     q = pod("q").req(cpu="100m", memory="400Mi")
-    assert _score(ba, q) < 100
+    assert _score(ba, q) < 75
 
 
 def test_node_totals_add_and_remove_pod_level_pods() -> None:
