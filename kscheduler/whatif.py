@@ -55,7 +55,6 @@ import orjson
 
 from kscheduler.algorithm import FitError, ScheduleError
 from kscheduler.explain import (
-    WIDTH,
     DryRunKubeClient,
     ExplainError,
     Explanation,
@@ -696,7 +695,6 @@ def render_table(r: WhatIf) -> str:
             more = f" and {len(by_count) - 10} more node(s)" if len(by_count) > 10 else ""
             out += _wrap(f"Per node: {shown}{more}.", "  ")
         if m.next is not None:
-            node, why = _outcome(m.next)
             out += _wrap(f"The next one ({m.next.pod}) does not fit:", "")
             out.append(f"  {m.next.fit_error or m.next.error}")
             if m.next.preempting:
@@ -707,7 +705,7 @@ def render_table(r: WhatIf) -> str:
                 )
     for n in r.notes:
         out += _wrap(n)
-    return "\n".join(line[: WIDTH * 4] for line in out) + "\n"
+    return "\n".join(out) + "\n"
 
 
 def render(r: WhatIf, output: str) -> str:
