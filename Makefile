@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # the out-of-tree plugin example: installed into the venv, its tests run by `make test`
 EXAMPLE := examples/kscheduler-plugin-example
 
-.PHONY: help venv control-plane lint fmt typecheck unit integration test demo dev-cluster bench bench-5000 soak clean
+.PHONY: help venv control-plane lint fmt typecheck unit integration test demo dev-cluster bench bench-5000 soak random-diff clean
 
 help:
 	@echo "make demo          local demo: embedded control plane + kscheduler, then a placement table"
@@ -16,6 +16,7 @@ help:
 	@echo "make control-plane build the pinned kube-apiserver/kube-scheduler/etcd (cached)"
 	@echo "make dev-cluster   start a control plane for kubectl and print how to use it"
 	@echo "make unit | integration | lint | bench | bench-5000 | soak"
+	@echo "make random-diff   the randomized differential test over many seeds (slow)"
 	@echo "make image | kind-up | kind-load | deploy | e2e-kind   (need a Docker engine and kind)"
 
 venv: $(VENV)/.installed
@@ -65,6 +66,11 @@ bench-5000: venv control-plane
 
 soak: venv control-plane
 	$(PY) -m pytest tests -m slow $(PYTEST_ARGS)
+
+# kscheduler against kube-scheduler on 40 generated clusters (make test plays 4);
+# replay one: python -m kscheduler.randomdiff --seed N -v
+random-diff: venv control-plane
+	$(PY) -m pytest tests/integration/test_random_differential.py -m slow $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
