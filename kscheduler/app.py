@@ -50,6 +50,9 @@ EVENT_RESOURCES = {
     "volumeattachments": EventResource.VOLUME_ATTACHMENT,
     "namespaces": EventResource.NAMESPACE,
     "services": EventResource.SERVICE,
+    "resourceclaims": EventResource.RESOURCE_CLAIM,
+    "resourceslices": EventResource.RESOURCE_SLICE,
+    "deviceclasses": EventResource.DEVICE_CLASS,
 }
 
 #: kube-scheduler ignores terminal pods: they hold no resources.

@@ -622,6 +622,9 @@ RESOURCES: Final[Mapping[str, Resource]] = MappingProxyType(
         "poddisruptionbudgets": Resource("/apis/policy/v1/poddisruptionbudgets", True),
         "csistoragecapacities": Resource("/apis/storage.k8s.io/v1/csistoragecapacities", True),
         "volumeattachments": Resource("/apis/storage.k8s.io/v1/volumeattachments", False),
+        "resourceslices": Resource("/apis/resource.k8s.io/v1/resourceslices", False),
+        "deviceclasses": Resource("/apis/resource.k8s.io/v1/deviceclasses", False),
+        "resourceclaims": Resource("/apis/resource.k8s.io/v1/resourceclaims", True),
     }
 )
 """Kinds the factory knows, by lower-case plural name."""

@@ -77,6 +77,11 @@ def pod_spec_changed(old: PodInfo, new: PodInfo) -> bool:
         return False
     if old.raw.get("spec") != new.raw.get("spec"):
         return True
+    # the one status field kube-scheduler counts: claims made for the pod (DRA)
+    if (old.raw.get("status") or {}).get("resourceClaimStatuses") != (
+        new.raw.get("status") or {}
+    ).get("resourceClaimStatuses"):
+        return True
     om = old.raw.get("metadata") or {}
     nm = new.raw.get("metadata") or {}
     keys = (om.keys() | nm.keys()) - _IGNORED_META

@@ -68,6 +68,9 @@ class Resource(enum.Enum):
     NAMESPACE = "Namespace"
     SERVICE = "Service"
     VOLUME_ATTACHMENT = "VolumeAttachment"
+    RESOURCE_CLAIM = "ResourceClaim"
+    RESOURCE_SLICE = "ResourceSlice"
+    DEVICE_CLASS = "DeviceClass"
     WILDCARD = "*"
 
 

@@ -46,6 +46,11 @@ def _parse(text: str) -> Decimal:
     return value * _DECIMAL[suffix]
 
 
+def parse_decimal(text: str) -> Decimal:
+    """The exact value of a quantity string (no rounding)."""
+    return _parse(text)
+
+
 def parse_quantity(value: object, *, milli: bool = False) -> int:
     """Parse a quantity (string or number) to an int, in milli-units when ``milli``."""
     if isinstance(value, bool):

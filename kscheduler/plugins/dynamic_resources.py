@@ -1,84 +1,649 @@
-"""DynamicResources: kube-scheduler's DRA plugin, reduced to what pods without claims see.
+"""DynamicResources: allocate DRA devices for a pod's ResourceClaims, as kube-scheduler 1.37.
 
-kube-scheduler (1.34+) enables DynamicResources by default, right before
-DefaultPreemption, so its PostFilter speaks first when a pod fits nowhere. For a
-pod without ``spec.resourceClaims`` it answers a bare Unschedulable (1.37: no
-reason, so nothing of it shows in the FailedScheduling message). This plugin
-reproduces exactly that:
+PreEnqueue
+    Every claim of ``spec.resourceClaims`` must exist and not be deleted; a claim
+    made from a template is found through ``status.resourceClaimStatuses`` (the
+    controller-manager's resourceclaim controller creates it) and must be owned
+    by the pod. Otherwise the pod waits, gated, with upstream's message.
 
-* PreFilter records that it ran and returns Skip for a pod without claims.
-* PostFilter answers Unschedulable without a reason. When its
-  PreFilter did not run (an earlier PreFilter rejected the pod as
-  UnschedulableAndUnresolvable) it fails with Error "not found", as upstream does
-  on its missing cycle state; the framework then stops PostFilter there, so no
-  preemption is attempted for such a pod.
+PreFilter
+    No claims -> Skip. An allocated claim limits the pod to its
+    ``allocation.nodeSelector``; an unallocated one needs every device class its
+    requests name ("request R: device class C does not exist") and no allocation
+    in flight for it. The allocator (:mod:`kscheduler.framework.dra`) is built
+    over the ResourceSlices, the DeviceClasses and the devices taken by
+    allocated claims and by claims reserved in this scheduler but not yet
+    written.
 
-Intentional difference: kscheduler does not allocate DRA ResourceClaims. A pod
-with ``spec.resourceClaims`` is rejected at PreFilter as UnschedulableAndUnresolvable
-with a message saying so, where kube-scheduler would allocate devices for it. Such
-a pod should be left to kube-scheduler (another schedulerName).
+Filter
+    Allocated claims must match the node ("resourceclaim not available on the
+    node"); the unallocated ones are allocated for the node ("cannot allocate
+    all claims" when they do not fit; an Error for a CEL runtime error). The
+    per-node result is kept for Reserve.
+
+PostFilter
+    For a pod without claims: a bare Unschedulable (1.37: nothing of it in the
+    message); an Error "not found" when PreFilter did not run, as upstream on its
+    missing cycle state. For a pod whose allocated claim does not fit any node:
+    the claim is deallocated when it is reserved for nobody else
+    ("deallocation of ResourceClaim completed").
+
+Score (with firstAvailable requests only)
+    Per allocated subrequest, 8 minus its index; normalized to [0, 100].
+
+Reserve / Unreserve
+    The node's allocations are recorded as in flight: the devices count as taken
+    for the next pods, and the claim reads as being allocated. Unreserve drops
+    them, and removes the pod from a claim's reservedFor if it got that far.
+
+PreBind
+    Per claim not yet reserved for the pod, with conflict retries: the
+    ``resource.kubernetes.io/delete-protection`` finalizer (update), then
+    ``status.allocation`` (with ``allocationTimestamp``) and the pod in
+    ``status.reservedFor`` (status update). The written claim overlays the
+    informer's copy until the informer catches up.
+
+Not implemented, rejected with a message saying so: partitionable devices,
+consumable capacity, binding conditions, per-device node selection (see
+:mod:`kscheduler.framework.dra`); extended resources backed by DRA are not
+allocated (NodeResourcesFit judges them as plain extended resources);
+DeviceTaintRules are not applied; the filterTimeout argument is not enforced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import asyncio
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kscheduler.framework import (
+    MAX_NODE_SCORE,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
     CycleState,
+    EventResource,
     Handle,
     NodeInfo,
+    NodeScore,
     NodeToStatus,
     PluginEntry,
     PodInfo,
     PostFilterResult,
+    PreBindPreFlightResult,
     PreFilterResult,
+    QueueingHint,
     Status,
 )
+from kscheduler.framework.dra import (
+    FIRST_AVAILABLE_MAX_SIZE,
+    AllocationError,
+    Allocator,
+    DeviceID,
+    FailedOnNode,
+    Slice,
+    Unsupported,
+    allocated_devices,
+)
+from kscheduler.framework.selectors import NodeSelector, SelectorError
 
 NAME = "DynamicResources"
 STATE_KEY = "PreFilter" + NAME
 
+CLAIMS = "resourceclaims"
+SLICES = "resourceslices"
+CLASSES = "deviceclasses"
+API = "/apis/resource.k8s.io/v1"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
 #: What upstream's PostFilter reports when its cycle state is missing.
 MSG_STATE_NOT_FOUND = "not found"
-MSG_CLAIMS_UNSUPPORTED = (
-    "pod uses spec.resourceClaims: kscheduler does not allocate DRA ResourceClaims "
-    "(schedule this pod with kube-scheduler)"
-)
+MSG_CANNOT_ALLOCATE = "cannot allocate all claims"
+MSG_NOT_AVAILABLE = "resourceclaim not available on the node"
+MSG_DEALLOCATED = "deallocation of ResourceClaim completed"
+#: client-go's retry.DefaultRetry: 5 steps from 10 ms, x1 factor, 10% jitter.
+CONFLICT_RETRIES = 5
+CONFLICT_DELAY = 0.01
 
 
-@dataclass(frozen=True, slots=True)
+def _d(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _l(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return _d(obj.get("metadata"))
+
+
+class ClaimError(Exception):
+    pass
+
+
+def _conflict(exc: BaseException) -> bool:
+    """An API 409 Conflict (the plugin sees the client's errors only by their fields)."""
+    return getattr(exc, "status", None) == 409
+
+
+@dataclass(slots=True)
+class _ClaimInfo:
+    pod_claim: str  # the name in spec.resourceClaims
+    claim: dict[str, Any]
+    available_on: NodeSelector | None = None
+    allocation: dict[str, Any] | None = None  # set at Reserve
+
+    @property
+    def uid(self) -> str:
+        return str(_meta(self.claim).get("uid", ""))
+
+    @property
+    def allocated(self) -> bool:
+        return bool(_d(self.claim.get("status")).get("allocation"))
+
+
+@dataclass(slots=True)
 class _State:
-    has_claims: bool
+    claims: list[_ClaimInfo] = field(default_factory=list)
+    allocator: Allocator | None = None
+    #: node -> allocation results of the unallocated claims, in claim order
+    node_allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    unavailable: set[int] = field(default_factory=set)
+
+    @property
+    def has_claims(self) -> bool:
+        return bool(self.claims)
+
+    def to_allocate(self) -> list[_ClaimInfo]:
+        return [c for c in self.claims if not c.allocated]
+
+
+def claim_name(pod: PodInfo, entry: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """(claim name or None when none was made on purpose, must-check-owner);
+    ClaimError when the claim is not created yet or the entry is unsupported."""
+    if entry.get("resourceClaimName"):
+        return str(entry["resourceClaimName"]), False
+    if entry.get("resourceClaimTemplateName"):
+        for st in _l(_d(pod.raw.get("status")).get("resourceClaimStatuses")):
+            st = _d(st)
+            if st.get("name") == entry.get("name"):
+                name = st.get("resourceClaimName")
+                return (str(name) if name else None), True
+        raise ClaimError(f'pod "{pod.namespace}/{pod.name}": ResourceClaim not created yet')
+    raise ClaimError(
+        f'pod "{pod.namespace}/{pod.name}", spec.resourceClaim "{entry.get("name", "")}": '
+        "none of the supported fields are set"
+    )
+
+
+def _owned_by(claim: Mapping[str, Any], pod: PodInfo) -> bool:
+    for ref in _l(_meta(claim).get("ownerReferences")):
+        ref = _d(ref)
+        if ref.get("controller") is True:
+            return bool(ref.get("uid") == pod.uid)
+    return False
+
+
+def _reserved_for(claim: Mapping[str, Any], pod: PodInfo) -> bool:
+    return any(_d(r).get("uid") == pod.uid for r in _l(_d(claim.get("status")).get("reservedFor")))
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int(_meta(obj).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 class DynamicResources:
     name = NAME
+    required_kinds = (SLICES, CLASSES, CLAIMS)
+
+    def __init__(self, handle: Handle | None) -> None:
+        self.handle = handle
+        #: slice name -> (resourceVersion, parsed): each slice version is parsed once
+        self._slices: dict[str, tuple[str, Slice]] = {}
+        #: claim uid -> (namespace/name, allocation) between Reserve and PreBind
+        self._in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
+        #: claim uid -> the claim as PreBind wrote it, until the informer has it
+        self._assumed: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DynamicResources:
-        return cls()
+        return cls(handle)
 
+    # ---- lookups -----------------------------------------------------------------------
+    def _claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        assert self.handle is not None
+        claim = self.handle.objects.get(CLAIMS, namespace, name)
+        if claim is None:
+            return None
+        assumed = self._assumed.get(str(_meta(claim).get("uid", "")))
+        if assumed is not None:
+            if _rv(claim) >= _rv(assumed):
+                self._assumed.pop(str(_meta(claim).get("uid", "")), None)
+            else:
+                return assumed
+        return claim
+
+    def _pod_claims(self, pod: PodInfo) -> list[_ClaimInfo]:
+        out = []
+        for entry in _l(pod.spec.get("resourceClaims")):
+            entry = _d(entry)
+            name, check_owner = claim_name(pod, entry)
+            if name is None:
+                continue
+            claim = self._claim(pod.namespace, name)
+            if claim is None:
+                raise ClaimError(f'resourceclaim.resource.k8s.io "{name}" not found')
+            if _meta(claim).get("deletionTimestamp"):
+                raise ClaimError(f'resourceclaim "{name}" is being deleted')
+            if check_owner and not _owned_by(claim, pod):
+                raise ClaimError(
+                    f"ResourceClaim {pod.namespace}/{name} was not created for Pod "
+                    f"{pod.namespace}/{pod.name} (Pod is not owner)"
+                )
+            out.append(_ClaimInfo(str(entry.get("name", "")), claim))
+        return out
+
+    def _parsed_slices(self) -> list[Slice]:
+        assert self.handle is not None
+        out = []
+        seen = set()
+        for raw in self.handle.objects.list(SLICES):
+            meta = _meta(raw)
+            name = str(meta.get("name", ""))
+            rv = str(meta.get("resourceVersion", ""))
+            seen.add(name)
+            hit = self._slices.get(name)
+            if hit is None or hit[0] != rv:
+                hit = (rv, Slice.parse(raw))
+                self._slices[name] = hit
+            out.append(hit[1])
+        for gone in set(self._slices) - seen:
+            del self._slices[gone]
+        return out
+
+    def _taken(self) -> set[DeviceID]:
+        assert self.handle is not None
+        claims = []
+        for claim in self.handle.objects.list(CLAIMS):
+            uid = str(_meta(claim).get("uid", ""))
+            assumed = self._assumed.get(uid)
+            claims.append(assumed if assumed is not None and _rv(assumed) > _rv(claim) else claim)
+        taken = allocated_devices(claims)
+        taken |= allocated_devices(
+            {"status": {"allocation": a}} for _, a in self._in_flight.values()
+        )
+        return taken
+
+    # ---- PreEnqueue --------------------------------------------------------------------
+    def pre_enqueue(self, pod: PodInfo) -> Status | None:
+        if not pod.spec.get("resourceClaims"):
+            return None
+        try:
+            self._pod_claims(pod)
+        except ClaimError as exc:
+            return Status.unresolvable(str(exc))
+        return None
+
+    # ---- PreFilter ---------------------------------------------------------------------
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status | None]:
-        """Skip without claims; UnschedulableAndUnresolvable with claims (not supported)."""
-        claims = pod.spec.get("resourceClaims")
-        has_claims = bool(claims)
-        state.write(STATE_KEY, _State(has_claims))
-        if not has_claims:
+        s = _State()
+        state.write(STATE_KEY, s)
+        if not pod.spec.get("resourceClaims"):
             return None, Status.skip()
-        return None, Status.unresolvable(MSG_CLAIMS_UNSUPPORTED)
+        try:
+            claims = self._pod_claims(pod)
+        except ClaimError as exc:
+            return None, Status.unresolvable(str(exc))
+        if not claims:
+            return None, Status.skip()
+        assert self.handle is not None
+        to_allocate = 0
+        for info in claims:
+            alloc = _d(_d(info.claim.get("status")).get("allocation"))
+            if alloc:
+                ns = alloc.get("nodeSelector")
+                if isinstance(ns, dict):
+                    try:
+                        info.available_on = NodeSelector.parse(ns, "allocation.nodeSelector")
+                    except SelectorError as exc:
+                        return None, Status.as_error(str(exc))
+                continue
+            to_allocate += 1
+            if info.uid in self._in_flight:
+                key = f"{pod.namespace}/{_meta(info.claim).get('name', '')}"
+                return None, Status.unresolvable(
+                    f"resource claim {key} is in the process of being allocated"
+                )
+            for req in _l(_d(_d(info.claim.get("spec")).get("devices")).get("requests")):
+                req = _d(req)
+                rname = str(req.get("name", ""))
+                if req.get("exactly") is not None:
+                    st = self._check_class(_d(req.get("exactly")).get("deviceClassName"), rname)
+                elif req.get("firstAvailable"):
+                    st = None
+                    for sub in _l(req.get("firstAvailable")):
+                        sub = _d(sub)
+                        st = self._check_class(
+                            sub.get("deviceClassName"), f"{rname}/{sub.get('name', '')}"
+                        )
+                        if st is not None:
+                            break
+                else:
+                    key = f"{pod.namespace}/{_meta(info.claim).get('name', '')}"
+                    st = Status.unresolvable(
+                        f"resource claim {key}, request {rname}: unknown request type"
+                    )
+                if st is not None:
+                    return None, st
+        if to_allocate:
+            classes = {str(_meta(c).get("name", "")): c for c in self.handle.objects.list(CLASSES)}
+            s.allocator = Allocator(self._parsed_slices(), classes, self._taken())
+        s.claims = claims
+        return None, None
 
+    def _check_class(self, class_name: Any, request: str) -> Status | None:
+        assert self.handle is not None
+        if not class_name:
+            return Status.as_error(f"request {request}: unsupported request type")
+        if self.handle.objects.get(CLASSES, "", str(class_name)) is None:
+            return Status.unresolvable(
+                f"request {request}: device class {class_name} does not exist"
+            )
+        return None
+
+    # ---- Filter ------------------------------------------------------------------------
+    def filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State) or not s.has_claims:
+            return None
+        node = node_info.node
+        labels = node.labels if node is not None else {}
+        unavailable = [
+            i
+            for i, info in enumerate(s.claims)
+            if info.available_on is not None
+            and not info.available_on.matches(labels, node_info.name)
+        ]
+        allocations: list[dict[str, Any]] = []
+        if s.allocator is not None:
+            claims = [c.claim for c in s.to_allocate()]
+            try:
+                result = s.allocator.allocate(node_info.name, labels, claims)
+            except AllocationError as exc:
+                return Status.as_error(str(exc))
+            except (FailedOnNode, Unsupported) as exc:
+                return Status.unresolvable(str(exc))
+            if result is None or len(result) != len(claims):
+                return Status.unresolvable(MSG_CANNOT_ALLOCATE)
+            allocations = result
+        if unavailable:
+            s.unavailable.update(unavailable)
+            return Status.unresolvable(MSG_NOT_AVAILABLE)
+        if s.allocator is not None:
+            s.node_allocations[node_info.name] = allocations
+        return None
+
+    # ---- PostFilter --------------------------------------------------------------------
     async def post_filter(
         self, state: CycleState, pod: PodInfo, statuses: NodeToStatus
     ) -> tuple[PostFilterResult | None, Status | None]:
-        """Unschedulable (no claim of this pod is allocated, so none can be freed);
-        Error when PreFilter did not run."""
-        if state.get(STATE_KEY) is None:
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State):
             return None, Status.as_error(MSG_STATE_NOT_FOUND)
+        if not s.has_claims:
+            return None, Status.unschedulable()
+        assert self.handle is not None
+        for index in sorted(s.unavailable):
+            claim = s.claims[index].claim
+            reserved = _l(_d(claim.get("status")).get("reservedFor"))
+            if not reserved or (len(reserved) == 1 and _d(reserved[0]).get("uid") == pod.uid):
+                body = copy.deepcopy(claim)
+                st = body.setdefault("status", {})
+                for key in ("reservedFor", "allocation", "devices"):
+                    st.pop(key, None)
+                meta = _meta(claim)
+                try:
+                    await self.handle.client.request(
+                        "PUT",
+                        f"{API}/namespaces/{meta.get('namespace', '')}/resourceclaims/"
+                        f"{meta.get('name', '')}/status",
+                        body,
+                    )
+                except Exception as exc:
+                    return None, Status.as_error(str(exc) or type(exc).__name__)
+                return None, Status.unschedulable(MSG_DEALLOCATED)
         return None, Status.unschedulable()
+
+    # ---- Score -------------------------------------------------------------------------
+    def score(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> tuple[int, Status | None]:
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State) or not s.has_claims:
+            return 0, None
+        allocations = s.node_allocations.get(node_info.name)
+        if allocations is None:
+            return 0, None
+        score = 0
+        it = iter(allocations)
+        for info in s.claims:
+            alloc = _d(_d(info.claim.get("status")).get("allocation")) or next(it, {})
+            used = {
+                str(_d(r).get("request", ""))
+                for r in _l(_d(alloc.get("devices")).get("results"))
+                if "/" in str(_d(r).get("request", ""))
+            }
+            for req in _l(_d(_d(info.claim.get("spec")).get("devices")).get("requests")):
+                req = _d(req)
+                for i, sub in enumerate(_l(req.get("firstAvailable"))):
+                    if f"{req.get('name', '')}/{_d(sub).get('name', '')}" in used:
+                        score += FIRST_AVAILABLE_MAX_SIZE - i
+        return score, None
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, scores: list[NodeScore]
+    ) -> Status | None:
+        highest = max((s.score for s in scores), default=0)
+        if highest == 0:
+            return None
+        for s in scores:
+            s.score = s.score * MAX_NODE_SCORE // highest
+        return None
+
+    # ---- Reserve -----------------------------------------------------------------------
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State) or not s.has_claims or s.allocator is None:
+            return None
+        todo = s.to_allocate()
+        if not todo:
+            return None
+        allocations = s.node_allocations.get(node_name)
+        if not allocations:
+            return Status.as_error("claim allocation not found for node")
+        if len(allocations) != len(todo):
+            return Status.as_error(
+                f"internal error, have {len(allocations)} allocations, {len(todo)} claims "
+                f"to allocate, want {len(todo)} claims"
+            )
+        for info, alloc in zip(todo, allocations, strict=True):
+            info.allocation = alloc
+            meta = _meta(info.claim)
+            self._in_flight[info.uid] = (f"{meta.get('namespace')}/{meta.get('name')}", alloc)
+        return None
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State) or not s.has_claims:
+            return
+        for info in s.claims:
+            if info.allocation is not None:
+                self._in_flight.pop(info.uid, None)
+                self._assumed.pop(info.uid, None)
+            current = self._claim(
+                str(_meta(info.claim).get("namespace", "")), str(_meta(info.claim).get("name", ""))
+            )
+            if (
+                current is not None
+                and _d(current.get("status")).get("allocation")
+                and (_reserved_for(current, pod))
+            ):
+                asyncio.get_running_loop().create_task(self._unreserve_claim(current, pod))
+
+    async def _unreserve_claim(self, claim: Mapping[str, Any], pod: PodInfo) -> None:
+        assert self.handle is not None
+        meta = _meta(claim)
+        patch = {
+            "metadata": {"uid": meta.get("uid")},
+            "status": {"reservedFor": [{"$patch": "delete", "uid": pod.uid}]},
+        }
+        try:
+            await self.handle.client.request(
+                "PATCH",
+                f"{API}/namespaces/{meta.get('namespace', '')}/resourceclaims/"
+                f"{meta.get('name', '')}/status",
+                patch,
+                content_type="application/strategic-merge-patch+json",
+            )
+        except Exception:  # upstream logs and goes on; the controller cleans up later
+            return
+
+    # ---- PreBind -----------------------------------------------------------------------
+    def pre_bind_pre_flight(
+        self, state: CycleState, pod: PodInfo, node_name: str
+    ) -> tuple[PreBindPreFlightResult | None, Status | None]:
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State):
+            return None, Status.as_error(MSG_STATE_NOT_FOUND)
+        if not s.has_claims:
+            return None, Status.skip()
+        return None, None
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State):
+            return Status.as_error(MSG_STATE_NOT_FOUND)
+        written: list[str] = []
+        for info in s.claims:
+            if _reserved_for(info.claim, pod):
+                continue
+            try:
+                info.claim = await self._bind_claim(info, pod)
+            except Exception as exc:
+                return Status.as_error(str(exc) or type(exc).__name__)
+            written.append(info.uid)
+        for uid in written:
+            self._in_flight.pop(uid, None)
+        return None
+
+    async def _bind_claim(self, info: _ClaimInfo, pod: PodInfo) -> dict[str, Any]:
+        assert self.handle is not None
+        client = self.handle.client
+        meta = _meta(info.claim)
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        path = f"{API}/namespaces/{ns}/resourceclaims/{name}"
+        claim = copy.deepcopy(info.claim)
+        allocation = info.allocation
+        for attempt in range(CONFLICT_RETRIES):
+            if attempt:
+                claim = await client.request("GET", path)
+            if _meta(claim).get("deletionTimestamp"):
+                raise ClaimError(f"claim {ns}/{name} got deleted in the meantime")
+            try:
+                if allocation is not None:
+                    if _d(claim.get("status")).get("allocation"):
+                        raise ClaimError(
+                            f"claim {ns}/{name} got allocated elsewhere in the meantime"
+                        )
+                    finalizers = _l(_meta(claim).get("finalizers"))
+                    if FINALIZER not in finalizers:
+                        claim.setdefault("metadata", {})["finalizers"] = [*finalizers, FINALIZER]
+                        try:
+                            claim = await client.request("PUT", path, claim)
+                        except Exception as exc:
+                            if _conflict(exc):
+                                raise
+                            raise ClaimError(f"add finalizer to claim {ns}/{name}: {exc}") from exc
+                    claim.setdefault("status", {})["allocation"] = copy.deepcopy(allocation)
+                status = claim.setdefault("status", {})
+                status["reservedFor"] = [
+                    *_l(status.get("reservedFor")),
+                    {"resource": "pods", "name": pod.name, "uid": pod.uid},
+                ]
+                if not status.get("allocation"):
+                    raise ClaimError(f"claim {ns}/{name} got deallocated elsewhere in the meantime")
+                if not status["allocation"].get("allocationTimestamp"):
+                    status["allocation"]["allocationTimestamp"] = datetime.now(UTC).strftime(
+                        "%Y-%m-%dT%H:%M:%SZ"
+                    )
+                try:
+                    updated: dict[str, Any] = await client.request("PUT", path + "/status", claim)
+                except Exception as exc:
+                    if _conflict(exc):
+                        raise
+                    what = "allocation and reservation" if allocation is not None else "reservation"
+                    raise ClaimError(f"add {what} to claim {ns}/{name}: {exc}") from exc
+            except Exception as exc:
+                if _conflict(exc) and attempt + 1 < CONFLICT_RETRIES:
+                    await asyncio.sleep(CONFLICT_DELAY)
+                    continue
+                raise
+            self._assumed[str(_meta(updated).get("uid", ""))] = updated
+            return updated
+        raise ClaimError(f"claim {ns}/{name}: too many conflicts")  # pragma: no cover
+
+    # ---- queueing hints ----------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        add_update = ActionType.ADD | ActionType.UPDATE
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM)
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.RESOURCE_CLAIM, add_update), self._after_claim_change
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.RESOURCE_SLICE, add_update), self._if_pod_has_claims
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.DEVICE_CLASS, add_update), self._if_pod_has_claims
+            ),
+        ]
+
+    def _if_pod_has_claims(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        return QueueingHint.QUEUE if pod.spec.get("resourceClaims") else QueueingHint.SKIP
+
+    def _after_claim_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue when the claim is one of the pod's, or when another claim's devices
+        were freed (its allocation removed)."""
+        if not pod.spec.get("resourceClaims"):
+            return QueueingHint.SKIP
+        claim = _d(new)
+        meta = _meta(claim)
+        if meta.get("namespace") == pod.namespace:
+            for entry in _l(pod.spec.get("resourceClaims")):
+                try:
+                    name, _ = claim_name(pod, _d(entry))
+                except ClaimError:
+                    continue
+                if name == meta.get("name"):
+                    return QueueingHint.QUEUE
+        if (
+            old is not None
+            and _d(_d(old).get("status")).get("allocation")
+            and not _d(claim.get("status")).get("allocation")
+        ):
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
 
 
 ENTRY = PluginEntry(NAME, DynamicResources, DynamicResources.new)

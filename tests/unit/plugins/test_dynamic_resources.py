@@ -14,15 +14,14 @@ from kscheduler.plugins import (
 )
 from kscheduler.plugins.dynamic_resources import (
     ENTRY,
-    MSG_CLAIMS_UNSUPPORTED,
     MSG_STATE_NOT_FOUND,
     DynamicResources,
 )
 
 from ..builders import node, pod
-from ..fakes import framework
+from ..fakes import FakeObjects, framework
 
-PL = DynamicResources()
+PL = DynamicResources(None)
 
 
 def with_claims() -> PodInfo:
@@ -34,7 +33,9 @@ def with_claims() -> PodInfo:
 
 
 def test_extension_points() -> None:
-    assert ENTRY.extension_points == frozenset({"preFilter", "postFilter"})
+    assert ENTRY.extension_points == frozenset(
+        {"preEnqueue", "preFilter", "filter", "postFilter", "score", "reserve", "preBind"}
+    )
     assert ENTRY.parse_args is None
 
 
@@ -58,18 +59,26 @@ async def test_post_filter_without_its_pre_filter_is_an_error() -> None:
     assert MSG_STATE_NOT_FOUND == "not found"
 
 
-async def test_pod_with_claims_is_rejected_as_unsupported() -> None:
+async def test_pod_whose_claim_is_missing_is_rejected_with_upstreams_message() -> None:
+    pl = DynamicResources(_Handle(FakeObjects()))
     state = CycleState()
-    res, st = PL.pre_filter(state, with_claims(), [])
+    res, st = pl.pre_filter(state, with_claims(), [])
     assert res is None
     assert st is not None
-    assert (st.code, st.message) == (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, MSG_CLAIMS_UNSUPPORTED)
-    assert "does not allocate DRA ResourceClaims" in st.message
-    _, post = await PL.post_filter(state, with_claims(), NodeToStatus())
-    assert post is not None and post.code == Code.UNSCHEDULABLE
+    assert (st.code, st.message) == (
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+        'resourceclaim.resource.k8s.io "my-gpu" not found',
+    )
+    pre = pl.pre_enqueue(with_claims())
+    assert pre is not None and pre.message == st.message
 
 
-def _framework(cache: Cache) -> tuple[Framework, Snapshot]:
+class _Handle:
+    def __init__(self, objects: FakeObjects) -> None:
+        self.objects = objects
+
+
+def _framework(cache: Cache, objects: FakeObjects | None = None) -> tuple[Framework, Snapshot]:
     fwk, snap, _, _ = framework(
         [
             priority_sort.ENTRY,
@@ -86,6 +95,7 @@ def _framework(cache: Cache) -> tuple[Framework, Snapshot]:
             "bind": ["DefaultBinder"],
         },
         cache=cache,
+        objects=objects,
     )
     return fwk, snap
 
@@ -107,9 +117,9 @@ async def test_in_a_profile_its_message_comes_before_preemption() -> None:
         "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
 
-    # a pod with claims never reaches Filter, and preemption cannot help it
+    # a pod whose claim does not exist never reaches Filter
     state = CycleState()
     feasible, diagnosis = Algorithm().find_nodes_that_fit(fwk, state, with_claims(), snap)
     assert feasible == []
-    assert diagnosis.pre_filter_msg == MSG_CLAIMS_UNSUPPORTED
+    assert diagnosis.pre_filter_msg == 'resourceclaim.resource.k8s.io "my-gpu" not found'
     assert diagnosis.unschedulable_plugins == {"DynamicResources"}

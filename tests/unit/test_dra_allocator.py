@@ -1,0 +1,264 @@
+"""The structured-parameters allocator and its CEL environment (in memory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kscheduler.framework.cel import (
+    CelRuntimeError,
+    compare_semver,
+    compile_selector,
+    make_device_input,
+)
+from kscheduler.framework.dra import (
+    AllocationError,
+    Allocator,
+    DeviceID,
+    Slice,
+    Unsupported,
+    allocated_devices,
+)
+
+DRIVER = "gpu.example.com"
+
+
+def dev(name: str, **attrs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "attributes": {}, "capacity": {}}
+    for k, v in attrs.items():
+        if k == "memory":
+            out["capacity"]["memory"] = {"value": v}
+        elif k == "taints":
+            out["taints"] = v
+        elif isinstance(v, bool):
+            out["attributes"][k] = {"bool": v}
+        elif isinstance(v, int):
+            out["attributes"][k] = {"int": v}
+        elif k.endswith("version"):
+            out["attributes"][k] = {"version": v}
+        else:
+            out["attributes"][k] = {"string": v}
+    return out
+
+
+def slice_(
+    name: str,
+    node: str,
+    devices: list[dict[str, Any]],
+    *,
+    pool: str = "",
+    gen: int = 1,
+    count: int = 1,
+) -> Slice:
+    return Slice.parse(
+        {
+            "metadata": {"name": name, "uid": name, "resourceVersion": "1"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": {"name": pool or node, "generation": gen, "resourceSliceCount": count},
+                "devices": devices,
+            },
+        }
+    )
+
+
+def cls(name: str, *exprs: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in exprs]},
+    }
+
+
+CLASSES = {"gpu": cls("gpu", f'device.driver == "{DRIVER}"')}
+
+
+def claim(*requests: dict[str, Any], constraints: list[Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "c", "uid": "u1"},
+        "spec": {"devices": {"requests": list(requests), "constraints": constraints or []}},
+    }
+
+
+def exact(
+    name: str, count: int = 1, *sels: str, mode: str = "ExactCount", **kw: Any
+) -> dict[str, Any]:
+    e: dict[str, Any] = {"deviceClassName": "gpu", "allocationMode": mode, **kw}
+    if mode == "ExactCount":
+        e["count"] = count
+    if sels:
+        e["selectors"] = [{"cel": {"expression": s}} for s in sels]
+    return {"name": name, "exactly": e}
+
+
+def picked(result: list[dict[str, Any]] | None) -> list[list[tuple[str, str]]]:
+    assert result is not None
+    return [[(r["request"], r["device"]) for r in a["devices"]["results"]] for a in result]
+
+
+SLICES = [
+    slice_(
+        "n1-b",
+        "n1",
+        [dev("gpu-2", model="B", index=2), dev("gpu-3", model="A", index=3)],
+        pool="n1",
+        count=2,
+    ),
+    slice_(
+        "n1-a",
+        "n1",
+        [dev("gpu-0", model="A", index=0), dev("gpu-1", model="B", index=1)],
+        pool="n1",
+        count=2,
+    ),
+]
+
+
+def test_search_order_is_pool_then_slice_name_then_device() -> None:
+    a = Allocator(SLICES, CLASSES, set())
+    assert picked(a.allocate("n1", {}, [claim(exact("r", 3))])) == [
+        [("r", "gpu-0"), ("r", "gpu-1"), ("r", "gpu-2")]
+    ]
+    res = a.allocate("n1", {}, [claim(exact("r", 1))])
+    assert res is not None
+    assert res[0]["nodeSelector"] == {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]
+    }
+    assert a.allocate("n2", {}, [claim(exact("r", 1))]) is None
+
+
+def test_taken_devices_and_request_selectors() -> None:
+    a = Allocator(SLICES, CLASSES, {DeviceID(DRIVER, "n1", "gpu-0")})
+    sel = f'device.attributes["{DRIVER}"].model == "A"'
+    assert picked(a.allocate("n1", {}, [claim(exact("r", 1, sel))])) == [[("r", "gpu-3")]]
+    assert a.allocate("n1", {}, [claim(exact("r", 2, sel))]) is None
+
+
+def test_all_mode_and_incomplete_pool() -> None:
+    a = Allocator(SLICES, CLASSES, set())
+    assert picked(a.allocate("n1", {}, [claim(exact("r", mode="All"))])) == [
+        [("r", "gpu-0"), ("r", "gpu-1"), ("r", "gpu-2"), ("r", "gpu-3")]
+    ]
+    half = Allocator(SLICES[:1], CLASSES, set())
+    with pytest.raises(AllocationError, match="is currently being updated"):
+        half.allocate("n1", {}, [claim(exact("r", mode="All"))])
+    assert half.allocate("n1", {}, [claim(exact("r", 1))]) is None
+
+
+def test_newest_generation_only() -> None:
+    old = slice_("old", "n1", [dev("a")], pool="p", gen=1)
+    new = slice_("new", "n1", [dev("b")], pool="p", gen=2)
+    assert picked(
+        Allocator([old, new], CLASSES, set()).allocate("n1", {}, [claim(exact("r"))])
+    ) == [[("r", "b")]]
+
+
+def test_match_and_distinct_attribute_backtrack() -> None:
+    a = Allocator(SLICES, CLASSES, set())
+    match = [{"matchAttribute": f"{DRIVER}/model"}]
+    assert picked(a.allocate("n1", {}, [claim(exact("r", 2), constraints=match)])) == [
+        [("r", "gpu-0"), ("r", "gpu-3")]
+    ]
+    distinct = [{"distinctAttribute": f"{DRIVER}/model", "requests": ["x", "y"]}]
+    assert picked(a.allocate("n1", {}, [claim(exact("x"), exact("y"), constraints=distinct)])) == [
+        [("x", "gpu-0"), ("y", "gpu-1")]
+    ]
+
+
+def test_first_available_takes_the_first_subrequest_that_fits() -> None:
+    a = Allocator(SLICES, CLASSES, set())
+    req = {
+        "name": "r",
+        "firstAvailable": [
+            {"name": "big", "deviceClassName": "gpu", "count": 5},
+            {"name": "small", "deviceClassName": "gpu", "count": 2},
+        ],
+    }
+    assert picked(a.allocate("n1", {}, [claim(req)])) == [
+        [("r/small", "gpu-0"), ("r/small", "gpu-1")]
+    ]
+
+
+def test_admin_access_may_take_devices_in_use() -> None:
+    taken = {DeviceID(DRIVER, "n1", f"gpu-{i}") for i in range(4)}
+    a = Allocator(SLICES, CLASSES, taken)
+    assert a.allocate("n1", {}, [claim(exact("r"))]) is None
+    res = a.allocate("n1", {}, [claim(exact("r", adminAccess=True))])
+    assert picked(res) == [[("r", "gpu-0")]]
+    assert res is not None and res[0]["devices"]["results"][0]["adminAccess"] is True
+    assert allocated_devices([{"status": {"allocation": res[0]}}]) == set()
+
+
+def test_taints_need_tolerations() -> None:
+    taint = [{"key": "broken", "effect": "NoSchedule"}]
+    s = [slice_("s", "n1", [dev("a", taints=taint), dev("b")])]
+    a = Allocator(s, CLASSES, set())
+    assert picked(a.allocate("n1", {}, [claim(exact("r"))])) == [[("r", "b")]]
+    tol = [{"key": "broken", "operator": "Exists"}]
+    assert picked(a.allocate("n1", {}, [claim(exact("r", tolerations=tol))])) == [[("r", "a")]]
+
+
+def test_cel_runtime_error_is_an_allocation_error() -> None:
+    a = Allocator(SLICES, CLASSES, set())
+    with pytest.raises(AllocationError, match="CEL runtime error"):
+        a.allocate("n1", {}, [claim(exact("r", 1, 'device.attributes["x.io"].y == 1'))])
+
+
+def test_unsupported_features_are_named() -> None:
+    d = dev("a")
+    d["consumesCounters"] = [{"counterSet": "s", "counters": {}}]
+    a = Allocator([slice_("s", "n1", [d])], CLASSES, set())
+    with pytest.raises(Unsupported, match="partitionable"):
+        a.allocate("n1", {}, [claim(exact("r"))])
+
+
+def test_selector_results_are_kept_per_device_version() -> None:
+    s = [slice_("s", "n1", [dev("a", model="A")])]
+    expr = 'device.attributes["gpu.example.com"].model == "A"'
+    a = Allocator(s, {"gpu": cls("gpu", expr)}, set())
+    a.allocate("n1", {}, [claim(exact("r"))])
+    assert s[0].devices[0].cel_results == {expr: True}
+
+
+@pytest.mark.parametrize(
+    ("expr", "want"),
+    [
+        ('device.driver == "gpu.example.com"', True),
+        ('device.attributes["gpu.example.com"].model == "A"', True),
+        ("device.attributes['gpu.example.com'].index > 1", True),
+        ('device.capacity["gpu.example.com"].memory.compareTo(quantity("10Gi")) >= 0', True),
+        ('device.capacity["gpu.example.com"].memory.isGreaterThan(quantity("16Gi"))', False),
+        ('device.capacity["gpu.example.com"].memory == quantity("16384Mi")', True),
+        ('device.attributes["gpu.example.com"].driverversion.isLessThan(semver("1.10.0"))', True),
+        ('device.attributes["gpu.example.com"].driverversion.major() == 1', True),
+        ('"x" in device.attributes["other.example.com"]', False),
+        ('cel.bind(a, device.attributes["gpu.example.com"], a.model == "A" && a.index == 2)', True),
+        ('quantity("1.5Gi").isInteger()', True),
+        ('isSemver("1.2")', False),
+    ],
+)
+def test_cel_environment(expr: str, want: bool) -> None:
+    d = make_device_input(
+        DRIVER,
+        {"model": {"string": "A"}, "index": {"int": 2}, "driverversion": {"version": "1.9.0"}},
+        {"memory": {"value": "16Gi"}},
+    )
+    assert compile_selector(expr).matches(d) is want
+
+
+def test_cel_errors() -> None:
+    d = make_device_input(DRIVER, {}, {})
+    with pytest.raises(CelRuntimeError):
+        compile_selector('device.attributes["x.io"].y == 1').matches(d)
+    with pytest.raises(CelRuntimeError, match="could not be converted to bool"):
+        compile_selector("device.driver").matches(d)
+
+
+def test_semver_order() -> None:
+    assert compare_semver("1.0.0-alpha", "1.0.0") == -1
+    assert compare_semver("1.0.0-alpha.1", "1.0.0-alpha.beta") == -1
+    assert compare_semver("1.0.0+build", "1.0.0") == 0
+    assert compare_semver("2.0.0", "1.10.0") == 1
