@@ -490,6 +490,28 @@ async def test_identity_is_allowed_everything_kscheduler_does(
         {"verb": "patch", "resource": "persistentvolumes"},
         {"verb": "update", "resource": "persistentvolumeclaims", "namespace": ns},
         {"verb": "patch", "resource": "persistentvolumeclaims", "namespace": ns},
+        # DRA: the claim's finalizer (update), its allocation and reservedFor (update of
+        # status), deallocation in PostFilter (update) and Unreserve (patch of status)
+        {
+            "verb": "update",
+            "group": "resource.k8s.io",
+            "resource": "resourceclaims",
+            "namespace": ns,
+        },
+        {
+            "verb": "update",
+            "group": "resource.k8s.io",
+            "resource": "resourceclaims",
+            "subresource": "status",
+            "namespace": ns,
+        },
+        {
+            "verb": "patch",
+            "group": "resource.k8s.io",
+            "resource": "resourceclaims",
+            "subresource": "status",
+            "namespace": ns,
+        },
         {
             "verb": "get",
             "resource": "configmaps",
