@@ -258,19 +258,31 @@ async def mint_token(rest: RestClient, namespace: str, sa: str) -> str:
 async def prometheus_identity(
     control_plane: ControlPlane, rest: RestClient, namespace: str
 ) -> AsyncIterator[str]:
-    """A ServiceAccount for Prometheus, bound to kscheduler:metrics-reader by
-    deploy/prometheus/rbac.yaml's binding (moved to it); yields its token."""
+    """A ServiceAccount for Prometheus, bound by deploy/prometheus/rbac.yaml's binding (moved
+    to it) to deploy/metrics-reader.yaml's kscheduler:metrics-reader (both under names of
+    this test's own); yields its token."""
     await rest.post(
         f"/api/v1/namespaces/{namespace}/serviceaccounts",
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "prometheus"}},
     )
-    binding = next(m.obj for m in manifests() if m.file == "prometheus/rbac.yaml")
-    binding = copy.deepcopy(binding)
+    binding = copy.deepcopy(next(m.obj for m in manifests() if m.file == "prometheus/rbac.yaml"))
+    role = copy.deepcopy(
+        next(
+            m.obj
+            for m in manifests()
+            if m.file == "metrics-reader.yaml" and m.name == binding["roleRef"]["name"]
+        )
+    )
+    role["metadata"]["name"] += f":{namespace}"
     binding["metadata"]["name"] += f":{namespace}"
+    binding["roleRef"]["name"] = role["metadata"]["name"]
     binding["subjects"] = [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}]
-    path = await collection_path(rest, binding)
-    await rest.post(path, binding)
+    created: list[str] = []
     try:
+        for obj in (role, binding):
+            path = await collection_path(rest, obj)
+            await rest.post(path, obj)
+            created.append(f"{path}/{obj['metadata']['name']}")
         token = await mint_token(rest, namespace, "prometheus")
         async with control_plane.client(token) as client:
 
@@ -288,8 +300,9 @@ async def prometheus_identity(
             await wait_for(allowed, timeout=15, what="Prometheus may get /metrics")
         yield token
     finally:
-        with contextlib.suppress(ApiError):
-            await rest.delete(f"{path}/{binding['metadata']['name']}")
+        for obj_path in reversed(created):
+            with contextlib.suppress(ApiError):
+                await rest.delete(obj_path)
 
 
 def prometheus_config(targets_file: str) -> dict[str, Any]:
@@ -398,9 +411,9 @@ async def test_two_replicas_in_containers(
         name = f"kscheduler-{ns}-{label}"
         port = ports.pop()
         args = deployment_run_args(image, name, port, config_dir, sa_dir, apiserver_port)
+        names.append(name)  # removed in the end even if `docker run` fails half-way
         r = Replica(name, port, time.monotonic(), probes_of_deployment())
         docker.cmd(*args)
-        names.append(name)
         r.tasks.append(asyncio.create_task(probe_loop(http, r)))
         replicas.append(r)
         return r
@@ -467,6 +480,7 @@ async def test_two_replicas_in_containers(
         )
         prom_bin = shutil.which("prometheus", path="/usr/bin:/usr/local/bin")
         assert prom_bin, "Debian's prometheus is not installed (apt-get install prometheus)"
+        names.append(prom_name)
         docker.cmd(
             "run", "--detach", "--name", prom_name, "--network", "host", "--read-only",
             "--user", "65534:65534", "--tmpfs", "/prometheus:mode=1777",
@@ -479,7 +493,6 @@ async def test_two_replicas_in_containers(
             "--storage.tsdb.path=/prometheus",
             f"--web.listen-address={HOST}:{prom_port}",
         )  # fmt: skip
-        names.append(prom_name)
         prom = f"http://{HOST}:{prom_port}"
 
         async def targets_up() -> bool:
@@ -508,10 +521,27 @@ async def test_two_replicas_in_containers(
                 s for s in body["data"]["result"] if s["value"][1] not in ("NaN", "+Inf", "-Inf")
             ]
 
-        async def all_answered() -> bool:
-            return all([await answered(q) for q in queries])
+        # A histogram's series appear with its first observation, and a rate needs the
+        # series to grow between two scrapes: once Prometheus has the first pods' series,
+        # more pods arrive, as they do in a cluster that keeps scheduling.
+        async def first_scraped() -> bool:
+            sli = 'sum(scheduler_pod_scheduling_sli_duration_seconds_count{job="kscheduler"})'
+            return any(float(s["value"][1]) >= len(first) for s in await answered(sli))
 
-        await wait_for(all_answered, timeout=60, interval=2, what="every README query answered")
+        await wait_for(first_scraped, timeout=30, what="the first pods' series scraped")
+        second = await make("second", 4)
+        await wait_for(lambda: pods_bound(second), timeout=60, what="more pods bound")
+
+        unanswered: list[str] = []
+
+        async def all_answered() -> bool:
+            unanswered[:] = [q for q in queries if not await answered(q)]
+            return not unanswered
+
+        try:
+            await wait_for(all_answered, timeout=60, interval=2, what="every README query")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; no data for {unanswered}") from None
         by_pod = {
             s["metric"]["pod"]: s["value"][1]
             for s in await answered(next(q for q in queries if "leader_election" in q))
@@ -576,7 +606,7 @@ async def test_two_replicas_in_containers(
         await wait_for(lambda: pods_bound(last), timeout=60, what="pods bound after stop")
 
         # no pod lost, none bound twice, none bound by anyone else
-        every = first + gap + after_kill + last
+        every = first + second + gap + after_kill + last
         assert await pods_bound(every)
         bound = Counter(
             e["pod"]
