@@ -15,7 +15,7 @@ help:
 	@echo "make test          lint + unit + integration tests against a real kube-apiserver"
 	@echo "make control-plane build the pinned kube-apiserver/kube-scheduler/etcd (cached)"
 	@echo "make dev-cluster   start a control plane for kubectl and print how to use it"
-	@echo "make unit | integration | lint | bench | bench-5000 | soak"
+	@echo "make unit | integration | lint | bench | bench-5000 | bench-scaling | scheduler-perf | soak"
 	@echo "make random-diff   the randomized differential test over many seeds (slow)"
 	@echo "make image | kind-up | kind-load | deploy | e2e-kind   (need a Docker engine and kind)"
 
@@ -56,13 +56,25 @@ demo: venv control-plane
 dev-cluster: venv control-plane
 	$(PY) -m kscheduler dev-cluster
 
+# the scheduler under test on BENCH_CPUS when pinned; control plane and driver on the rest
+BENCH_CPUS ?= 1
+BENCH_ARGS ?=
+
 bench: venv control-plane
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
-	$(PY) -m bench.run --size quick
+	$(PY) -m bench.run --size quick --scheduler-cpus $(BENCH_CPUS) --out bench/results $(BENCH_ARGS)
 
 bench-5000: venv control-plane
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
-	$(PY) -m bench.run --size 5000
+	$(PY) -m bench.run --size 5000 --scheduler-cpus $(BENCH_CPUS) --pairs 1 --main-pairs 3 \
+		--out bench/results $(BENCH_ARGS)
+
+bench-scaling: venv control-plane
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	bench/scaling.sh
+
+scheduler-perf: control-plane
+	bench/scheduler_perf.sh
 
 soak: venv control-plane
 	$(PY) -m pytest tests -m slow $(PYTEST_ARGS)

@@ -1,41 +1,64 @@
 """kscheduler and kube-scheduler side by side, scheduler_perf's way.
 
-    python -m bench.run --size quick                       # every workload, ~10 minutes
-    python -m bench.run --size 5000 --workloads SchedulingBasic
+    python -m bench.run --size quick --scheduler-cpus 1            # make bench
+    python -m bench.run --size 5000 --scheduler-cpus 1 --main-pairs 3   # make bench-5000
     python -m bench.run --size quick --workloads SchedulingBasic --throttle unthrottled \\
         --schedulers kscheduler --kscheduler-profiler py-spy
     python -m bench.run --size 5000 --workloads SchedulingBasic --throttle unthrottled \\
         --kscheduler-patches ALL   # bench.experiments proposals, side by side
 
-One harness control plane (etcd + kube-apiserver) serves the whole run. For
-each workload the nodes are created once; then, for each client setting
-(unthrottled: qps/burst 5000/5000 as scheduler_perf; default: upstream's
-50/100) and for each scheduler, one after the other:
+One harness cluster (etcd, kube-apiserver, kube-controller-manager, kwok) serves
+the whole run. For each workload the nodes are created once; then for each CPU
+mode, each client setting (unthrottled: qps/burst 5000/5000 as scheduler_perf;
+default: upstream's 50/100) and each pair, the schedulers run one at a time in
+ABBA order (A B, then B A, ...). In the unthrottled setting the trivial binder
+(bench.binder: binds round robin and writes the same Scheduled event) runs too:
+its rate is the most this control plane takes, and every scheduler is reported
+as a fraction of it.
 
-1. the workload's init pods are created, already bound (see bench.workloads);
-2. the scheduler starts as its own process, as the harness's
+CPU modes: ``shared`` pins nothing. ``pinned`` (``--scheduler-cpus``) runs the
+scheduler under test on its own CPUs (taskset; GOMAXPROCS set to their number
+for kube-scheduler; kscheduler is one process with one event loop) and moves
+every control plane process and this driver onto the other CPUs, from the
+scheduler's start to its stop.
+
+Both schedulers run as scheduler_perf runs kube-scheduler: profiling and
+contention profiling off, their default verbosity; the reference's
+``--version`` is logged and kept.
+
+One run:
+
+1. etcd is compacted to its current revision and defragmented;
+2. the workload's init pods are created, already bound (see bench.workloads);
+3. the scheduler starts as its own process, as the harness's
    system:kube-scheduler identity, and /readyz (informers synced) is awaited;
-3. a pod watch on the measured namespace starts (fieldSelector
-   spec.nodeName!=, so it reports each pod once, when it gets bound), churn
-   starts where the workload has it, and the measured pods are created in bulk
-   while the scheduler runs, each one's creation time taken client side when
-   its POST returns;
-4. every second the count of bound pods is sampled until all are bound (or
-   nothing was bound for ``--stall-timeout`` seconds). The throughput samples
-   follow scheduler_perf's throughputCollector: sampling starts at the first
-   bound pod, the first sample is skipped, intervals that bind nothing are
-   folded into the next one; the last, partial interval counts (up to the
-   last bind) when it lasted at least 0.5 s; Average and Perc50/90/99 over
-   the samples. Because sampling
-   only starts at the first bind, "overall" (measured pods / (last bind -
-   first pod created)) is reported next to it: it also charges a scheduler
-   for a slow start;
-5. the scheduler's CPU seconds (utime+stime from /proc/<pid>/stat, over the
-   measured phase and in total) and peak RSS (VmHWM) are read, it is stopped,
-   and every pod of the workload is deleted.
+4. a pod watch (fieldSelector spec.nodeName!=) and an events.k8s.io/v1 watch on
+   the measured namespace start, the apiserver's /metrics is read, churn starts
+   where the workload has it, and the measured pods are created in bulk, each
+   one's creation time taken when its POST returns;
+5. every second the bound pods are counted. The window closes when every
+   measured pod is bound AND its Scheduled event has been seen. Throughput
+   samples follow scheduler_perf's throughputCollector over the binds: sampling
+   starts at the first bind, the first sample is skipped, intervals that bind
+   nothing are folded into the next one, the last partial interval counts when
+   it lasted at least 0.5 s; Average and Perc50/90/99 over the samples. Next to
+   it: "overall" (measured pods / (last bind - first pod created)) and "window"
+   (measured pods / (window close - first pod created)), which charges a
+   scheduler for events written late;
+6. over the window: the scheduler's, kube-apiserver's and etcd's CPU (utime +
+   stime from /proc) per measured pod, the scheduler's peak RSS (VmHWM), the
+   events by controller and reason, apiserver_request_total by verb and
+   resource (every client), and the scheduler identity's own requests by verb,
+   resource and user agent from an apiserver audit log (Metadata level for
+   that user only; ``--no-audit`` turns it off), among them its pods/status
+   writes (PodScheduled condition, nominations);
+7. the scheduler stops and every pod of the workload is deleted.
 
-The results go to ``<out>/<timestamp>.json`` and ``<out>/<timestamp>.png``
-(bound pods over time, both schedulers per panel).
+The results go to ``<out>/<timestamp>.json`` (every run and a summary per
+workload, client setting and CPU mode: median and spread over the pairs,
+kscheduler / kube-scheduler, fraction of the ceiling, the machine and its load),
+``.md`` (the table) and ``.png`` (bound pods over time), rewritten after every
+run.
 """
 
 from __future__ import annotations
@@ -47,10 +70,13 @@ import hashlib
 import json
 import math
 import os
-import platform
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -63,10 +89,27 @@ import orjson
 import yaml
 
 from bench.experiments import IN_PROCESS_ONLY, PATCHES
+from bench.method import (
+    abba,
+    affinity,
+    audit_apiserver_args,
+    audit_counts,
+    available_cpus,
+    counter_delta,
+    etcd_compact_defrag,
+    format_cpus,
+    load,
+    machine,
+    parse_cpus,
+    pin,
+    request_counts,
+    split_cpus,
+    spread,
+)
 from bench.pyspy import Recorder
 from bench.pyspy import summarize as summarize_profile
 from bench.workloads import SIZES, WORKLOAD_NAMES, Workload, workloads
-from kscheduler.controlplane.binaries import K8S_VERSION
+from kscheduler.controlplane.binaries import K8S_VERSION, find_kube_scheduler
 from kscheduler.controlplane.builders import (
     create_namespace,
     create_nodes,
@@ -81,11 +124,21 @@ from kscheduler.controlplane.rest import ApiError, RestClient
 
 KUBE_SCHEDULER = "kube-scheduler"
 KSCHEDULER = "kscheduler"
+#: the trivial binder (bench.binder): the control plane's ceiling
+CEILING = "ceiling"
 #: kscheduler with the bench.experiments patches of --kscheduler-patches applied
 #: kscheduler with bench.experiments patches: "kscheduler+<patch>,<patch>"
 PATCHED_PREFIX = "kscheduler+"
 SCHEDULERS = (KUBE_SCHEDULER, KSCHEDULER)
-SCHEDULER_NAMES = {KUBE_SCHEDULER: "bench-kube-scheduler", KSCHEDULER: "bench-kscheduler"}
+SCHEDULER_NAMES = {
+    KUBE_SCHEDULER: "bench-kube-scheduler",
+    KSCHEDULER: "bench-kscheduler",
+    CEILING: "bench-binder",
+}
+#: what scheduler_perf sets for kube-scheduler, set for both schedulers under test
+PERF_CONFIG = {"enableProfiling": False, "enableContentionProfiling": False}
+SHARED = "shared"
+PINNED = "pinned"
 
 
 def patched_kind(patches: str) -> str:
@@ -241,13 +294,15 @@ class BindWatch:
         self._task: asyncio.Task[None] | None = None
         self._rv = ""
         self.restarts = 0
+        self.path = pods_path(namespace)
+        self.field_selector = "spec.nodeName!="
 
     @property
     def count(self) -> int:
         return len(self.bound_at)
 
     async def start(self) -> None:
-        page = await self.api.get(pods_path(self.namespace), {"limit": 1})
+        page = await self.api.get(self.path, {"limit": 1})
         self._rv = str(page.get("metadata", {}).get("resourceVersion", ""))
         self._task = asyncio.create_task(self._run(), name=f"watch {self.namespace}")
 
@@ -269,23 +324,24 @@ class BindWatch:
                 self.progress.set()
 
     async def _relist(self) -> None:
-        items = await self.api.list(pods_path(self.namespace))
+        items = await self.api.list(self.path)
         now = time.monotonic()
         for obj in items:
             self._seen(obj, now)
-        page = await self.api.get(pods_path(self.namespace), {"limit": 1})
+        page = await self.api.get(self.path, {"limit": 1})
         self._rv = str(page.get("metadata", {}).get("resourceVersion", ""))
 
     async def _run(self) -> None:
-        url = self.api.base_url + pods_path(self.namespace)
+        url = self.api.base_url + self.path
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
         while True:
             params = {
                 "watch": "true",
                 "resourceVersion": self._rv,
                 "allowWatchBookmarks": "true",
-                "fieldSelector": "spec.nodeName!=",
             }
+            if self.field_selector:
+                params["fieldSelector"] = self.field_selector
             try:
                 async with self.api.session.get(url, params=params, timeout=timeout) as resp:
                     if resp.status != 200:
@@ -320,7 +376,41 @@ class BindWatch:
                     await self._relist()
 
 
+class EventWatch(BindWatch):
+    """The events.k8s.io/v1 Events of one namespace: when each pod's Scheduled event
+    was seen (``bound_at`` here), and every event counted by controller and reason."""
+
+    def __init__(self, api: RestClient, namespace: str) -> None:
+        super().__init__(api, namespace)
+        self.path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        self.field_selector = ""
+        self.by_reason: dict[str, int] = {}
+        self._uids: set[str] = set()
+
+    def _seen(self, obj: dict[str, Any], now: float) -> None:
+        meta = obj.get("metadata") or {}
+        rv = meta.get("resourceVersion")
+        if rv:
+            self._rv = str(rv)
+        uid = str(meta.get("uid", ""))
+        if not uid or uid in self._uids:
+            return  # a series patch of an event already counted
+        self._uids.add(uid)
+        key = f"{obj.get('reportingController', '')} {obj.get('reason', '')}"
+        self.by_reason[key] = self.by_reason.get(key, 0) + 1
+        if obj.get("reason") == "Scheduled":
+            name = str((obj.get("regarding") or {}).get("name", ""))
+            if name and name not in self.bound_at:
+                self.bound_at[name] = now
+                self.progress.set()
+
+
 # --------------------------------------------------------------------------- schedulers
+
+
+def taskset(cpus: Sequence[int] | None) -> list[str]:
+    """The argv prefix that runs a command on ``cpus`` (nothing when unpinned)."""
+    return ["taskset", "-c", format_cpus(cpus)] if cpus else []
 
 
 class SchedulerProcess:
@@ -345,16 +435,41 @@ class SchedulerProcess:
         raise NotImplementedError
 
 
+class PinnedReference(ReferenceScheduler):
+    """kube-scheduler on a CPU set, with GOMAXPROCS equal to its size."""
+
+    def __init__(self, *args: Any, cpus: Sequence[int] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cpus = list(cpus or [])
+
+    def _prepare(self) -> ManagedProcess:
+        proc = super()._prepare()
+        if self.cpus:
+            proc.argv = [*taskset(self.cpus), *proc.argv]
+            proc.env = {**os.environ, "GOMAXPROCS": str(len(self.cpus))}
+        return proc
+
+
 class KubeSchedulerProcess(SchedulerProcess):
     kind = KUBE_SCHEDULER
 
-    def __init__(self, cp: ControlPlane, qps: float, burst: int, verbosity: int) -> None:
-        self.ref = ReferenceScheduler.for_control_plane(
-            cp,
+    def __init__(
+        self,
+        cp: ControlPlane,
+        qps: float,
+        burst: int,
+        verbosity: int,
+        cpus: Sequence[int] | None = None,
+    ) -> None:
+        self.ref = PinnedReference(
+            cp.scheduler_kubeconfig,
+            workdir=cp.workdir / f"kube-scheduler-{SCHEDULER_NAMES[KUBE_SCHEDULER]}",
             scheduler_name=SCHEDULER_NAMES[KUBE_SCHEDULER],
             qps=qps,
             burst=burst,
             verbosity=verbosity,
+            config_extra=PERF_CONFIG,
+            cpus=cpus,
         )
 
     @property
@@ -389,6 +504,7 @@ class KschedulerProcess(SchedulerProcess):
         profile_out: Path | None = None,
         extra_args: Sequence[str] = (),
         patches: Sequence[str] = (),
+        cpus: Sequence[int] | None = None,
     ) -> None:
         self.kind = kind
         self.workdir = workdir
@@ -400,10 +516,11 @@ class KschedulerProcess(SchedulerProcess):
             "leaderElection": {"leaderElect": False},
             "clientConnection": {"qps": qps, "burst": burst},
             "profiles": [{"schedulerName": scheduler_name(kind)}],
+            **PERF_CONFIG,
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.port = free_ports(1)[0]
-        prefix = [sys.executable]
+        prefix = [*taskset(cpus), sys.executable]
         module = ["-m", "kscheduler"]
         if patches:
             module = ["-m", "bench.experiments", "--patches", ",".join(patches), "--"]
@@ -477,6 +594,82 @@ class KschedulerProcess(SchedulerProcess):
         return self.proc.log_tail()
 
 
+class BinderProcess(SchedulerProcess):
+    """bench.binder: binds round robin and writes the Scheduled event, nothing else."""
+
+    kind = CEILING
+
+    def __init__(
+        self, cp: ControlPlane, namespace: str, *, workdir: Path, cpus: Sequence[int] | None
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        token = workdir / "token"
+        token.write_text(cp.scheduler_token)
+        token.chmod(0o600)
+        self.ready_file = workdir / "ready"
+        self.ready_file.unlink(missing_ok=True)
+        argv = [
+            *taskset(cpus),
+            sys.executable,
+            "-m",
+            "bench.binder",
+            "--server",
+            cp.url,
+            "--token-file",
+            str(token),
+            "--ca-file",
+            str(cp.ca_file),
+            "--scheduler-name",
+            SCHEDULER_NAMES[CEILING],
+            "--namespace",
+            namespace,
+            "--ready-file",
+            str(self.ready_file),
+        ]
+        env = dict(os.environ)
+        repo = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+        self.proc = ManagedProcess("bench.binder", argv, workdir / "binder.log", env=env)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc.alive() else None
+
+    async def start(self) -> None:
+        self.proc.start()
+        deadline = time.monotonic() + 120.0
+        while not self.ready_file.exists():
+            if not self.proc.alive():
+                raise RuntimeError(f"bench.binder exited:\n{self.proc.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"bench.binder not ready after 120s:\n{self.proc.log_tail()}")
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.proc.stop, 10.0)
+
+    def alive(self) -> bool:
+        return self.proc.alive()
+
+    def log_tail(self) -> str:
+        return self.proc.log_tail()
+
+
+def kube_scheduler_version() -> str:
+    """``kube-scheduler --version`` of the pinned binary."""
+    try:
+        out = subprocess.run(
+            [str(find_kube_scheduler()), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return (out.stdout or out.stderr).strip()
+
+
 # --------------------------------------------------------------------------- one run
 
 
@@ -490,7 +683,18 @@ class RunResult:
     nodes: int
     init_pods: int
     measured_pods: int
+    #: "shared" (every process on every CPU) or "pinned" (the scheduler on its own CPUs)
+    cpu_mode: str = SHARED
+    scheduler_cpus: list[int] = field(default_factory=list)
+    control_plane_cpus: list[int] = field(default_factory=list)
+    pair: int = 0
+    #: position in the whole run's sequence of runs
+    sequence: int = 0
+    loadavg_before: list[float] = field(default_factory=list)
+    etcd_maintenance: dict[str, Any] = field(default_factory=dict)
     bound: int = 0
+    #: measured pods whose Scheduled event was seen
+    scheduled_events: int = 0
     complete: bool = False
     error: str = ""
     throughput: dict[str, float] = field(default_factory=dict)
@@ -505,6 +709,27 @@ class RunResult:
     rss_end_mib: float | None = None
     apiserver_cpu_seconds: float | None = None
     etcd_cpu_seconds: float | None = None
+    #: kube-controller-manager and kwok over the window
+    controllers_cpu_seconds: float | None = None
+    #: first measured pod created -> every measured pod bound and its Scheduled event seen
+    window_seconds: float = 0.0
+    #: measured pods / window_seconds
+    window_pods_per_second: float = 0.0
+    #: last Scheduled event seen - last bind seen (negative: the binds finished last)
+    events_after_last_bind_s: float = 0.0
+    #: per-pod figures over the window (drain of the events included)
+    cpu_ms_per_pod: float | None = None
+    apiserver_cpu_ms_per_pod: float | None = None
+    etcd_cpu_ms_per_pod: float | None = None
+    #: events in the measured namespace: "reportingController reason" -> count
+    events: dict[str, int] = field(default_factory=dict)
+    #: apiserver_request_total over the window, every client: "VERB resource[/sub]" -> n
+    apiserver_requests: dict[str, int] = field(default_factory=dict)
+    #: the scheduler identity's requests over the window (audit log)
+    scheduler_requests: dict[str, int] = field(default_factory=dict)
+    scheduler_user_agents: dict[str, int] = field(default_factory=dict)
+    #: the scheduler identity's pods/status writes (PodScheduled condition, nomination)
+    pod_status_writes: int | None = None
     startup_seconds: float = 0.0
     measure_seconds: float = 0.0
     churn_pods: int = 0
@@ -524,6 +749,8 @@ class Options:
     kscheduler_profiler: str | None
     kube_scheduler_verbosity: int
     kscheduler_args: list[str]
+    audit_log: Path | None = None
+    compact_etcd: bool = True
 
 
 class Bench:
@@ -532,6 +759,8 @@ class Bench:
         self.admin = admin
         self.opts = opts
         self.stamp = stamp
+        #: process -> CPUs while pinned (the last pinned run's)
+        self.affinities: dict[str, list[int]] = {}
 
     async def setup_workload(self, wl: Workload) -> None:
         for name, value in wl.priority_classes:
@@ -554,8 +783,19 @@ class Bench:
         await self._wait_empty("/api/v1/nodes")
 
     async def delete_pods(self, wl: Workload) -> None:
-        for ns in wl.namespaces():
-            await self.admin.delete(pods_path(ns), {"gracePeriodSeconds": 0})
+        """Every pod of the workload, one DELETE each, CREATE_CONCURRENCY at once (a
+        DeleteCollection deletes with four workers and took minutes on a busy machine)."""
+
+        async def delete(path: str) -> None:
+            with contextlib.suppress(ApiError):  # 404: already gone
+                await self.admin.delete(path, {"gracePeriodSeconds": 0})
+
+        paths = [
+            f"{pods_path(ns)}/{pod['metadata']['name']}"
+            for ns in wl.namespaces()
+            for pod in await self.admin.list(pods_path(ns))
+        ]
+        await run_bounded(paths, delete, concurrency=CREATE_CONCURRENCY)
         for ns in wl.namespaces():
             await self._wait_empty(pods_path(ns))
             with contextlib.suppress(ApiError):
@@ -573,10 +813,17 @@ class Bench:
                 raise TimeoutError(f"{path} still not empty after {within}s")
             await asyncio.sleep(0.25)
 
-    def _scheduler(self, kind: str, throttle: str, wl: Workload) -> SchedulerProcess:
+    def _scheduler(
+        self, kind: str, throttle: str, wl: Workload, cpus: Sequence[int] | None
+    ) -> SchedulerProcess:
         qps, burst = THROTTLES[throttle]
         if kind == KUBE_SCHEDULER:
-            return KubeSchedulerProcess(self.cp, qps, burst, self.opts.kube_scheduler_verbosity)
+            return KubeSchedulerProcess(
+                self.cp, qps, burst, self.opts.kube_scheduler_verbosity, cpus
+            )
+        if kind == CEILING:
+            ns = wl.namespace(wl.measure.namespace)
+            return BinderProcess(self.cp, ns, workdir=self.cp.workdir / "binder", cpus=cpus)
         profile_out = None
         in_process = self.opts.kscheduler_profiler in ("pyinstrument", "cprofile")
         if in_process:
@@ -592,13 +839,25 @@ class Bench:
             profile_out=profile_out,
             extra_args=self.opts.kscheduler_args,
             patches=kind_patches(kind),
+            cpus=cpus,
         )
 
     def profile_path(self, wl: Workload, throttle: str, ext: str, kind: str) -> Path:
         tag = "kscheduler-" + "-".join(kind_patches(kind)) if is_patched(kind) else "kscheduler"
         return (self.opts.out / f"{self.stamp}-{tag}-{wl.name}-{throttle}.{ext}").resolve()
 
-    async def run_one(self, wl: Workload, kind: str, throttle: str) -> RunResult:
+    async def run_one(
+        self,
+        wl: Workload,
+        kind: str,
+        throttle: str,
+        *,
+        mode: str = SHARED,
+        cpus: Sequence[int] = (),
+        rest: Sequence[int] = (),
+        pair: int = 0,
+        sequence: int = 0,
+    ) -> RunResult:
         qps, burst = THROTTLES[throttle]
         name = scheduler_name(kind)
         res = RunResult(
@@ -610,11 +869,24 @@ class Bench:
             nodes=wl.nodes,
             init_pods=sum(g.count for g in wl.init),
             measured_pods=wl.measure.count,
+            cpu_mode=mode,
+            scheduler_cpus=list(cpus),
+            control_plane_cpus=list(rest),
+            pair=pair,
+            sequence=sequence,
         )
+        if self.opts.compact_etcd:
+            res.etcd_maintenance = await asyncio.to_thread(
+                etcd_compact_defrag, self.cp.etcd_endpoint
+            )
         init = wl.init_pods(name)
         if init:
             await create_pods(self.admin, init, concurrency=CREATE_CONCURRENCY)
-        sched = self._scheduler(kind, throttle, wl)
+        res.loadavg_before = load()
+        if mode == PINNED:
+            # pinned from the scheduler's start to its stop; set-up and clean-up use every CPU
+            self.affinities = pin_control_plane(self.cp, rest)
+        sched = self._scheduler(kind, throttle, wl, list(cpus) if mode == PINNED else None)
         t_start = time.monotonic()
         try:
             await sched.start()
@@ -624,6 +896,8 @@ class Bench:
         res.startup_seconds = time.monotonic() - t_start
         try:
             await self._measure(wl, sched, name, res)
+        except Exception as exc:  # keep what was measured, with the failure
+            res.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-4)}"
         finally:
             mem = memory_kib(sched.pid)
             if "VmHWM" in mem:
@@ -634,6 +908,8 @@ class Bench:
             if not sched.alive():
                 res.error = res.error or f"{kind} died:\n{sched.log_tail()}"
             await sched.stop()
+            if mode == PINNED:
+                pin_control_plane(self.cp, available_cpus_all())
             await self.delete_pods(wl)
         return res
 
@@ -645,6 +921,8 @@ class Bench:
         total = len(pods)
         watch = BindWatch(self.admin, ns)
         await watch.start()
+        events = EventWatch(self.admin, ns)
+        await events.start()
         churn_task: asyncio.Task[int] | None = None
         if wl.churn is not None:
             churn_task = asyncio.create_task(self._churn(wl, name))
@@ -652,9 +930,18 @@ class Bench:
         pid = sched.pid
         api_pid = self.cp.apiserver_process.pid
         etcd_pid = self.cp.etcd_process.pid
+        controller_pids = [
+            self.cp.controller_manager_process.pid,
+            self.cp.kwok_process.pid,
+        ]
+        metrics0 = request_counts(await self.admin.get_text("/metrics"))
+        audit0 = 0
+        if self.opts.audit_log is not None and self.opts.audit_log.exists():
+            audit0 = self.opts.audit_log.stat().st_size
         cpu0 = cpu_seconds(pid) or 0.0
         api0 = cpu_seconds(api_pid)
         etcd0 = cpu_seconds(etcd_pid)
+        ctl0 = sum(cpu_seconds(p) or 0.0 for p in controller_pids)
         collector = ThroughputCollector()
 
         async def create(pod: dict[str, Any]) -> None:
@@ -670,6 +957,7 @@ class Bench:
         last_progress = t0
         last_count = 0
         tick = 0
+        collector_done = False
         try:
             while True:
                 tick += 1
@@ -677,15 +965,18 @@ class Bench:
                 now = time.monotonic()
                 count = watch.count
                 collector_now = now
-                if count >= total:
+                if count >= total and not collector_done:
                     collector.finish(max(watch.bound_at.values()), count)
-                    break
-                collector.tick(collector_now, count)
+                    collector_done = True
+                if count >= total and events.count >= total:
+                    break  # the window closes: every pod bound and its event written
+                if not collector_done:
+                    collector.tick(collector_now, count)
                 cpu = (cpu_seconds(pid) or cpu0) - cpu0
                 rss = memory_kib(pid).get("VmRSS", 0) / 1024
                 res.resources.append((now - t0, cpu, rss))
-                if count != last_count:
-                    last_count, last_progress = count, now
+                if count + events.count != last_count:
+                    last_count, last_progress = count + events.count, now
                 if creator.done() and creator.exception() is not None:
                     raise creator.exception()  # type: ignore[misc]
                 if not sched.alive():
@@ -693,7 +984,10 @@ class Bench:
                     break
                 stall = max(self.opts.stall_timeout, wl.stall_timeout)
                 if creator.done() and now - last_progress > stall:
-                    res.error = f"stalled: {count}/{total} bound, none for {stall:.0f}s"
+                    res.error = (
+                        f"stalled: {count}/{total} bound, {events.count} Scheduled events, "
+                        f"no progress for {stall:.0f}s"
+                    )
                     break
                 if now - t0 > self.opts.max_seconds:
                     res.error = f"timed out after {self.opts.max_seconds:.0f}s: {count}/{total}"
@@ -709,6 +1003,7 @@ class Bench:
                 with contextlib.suppress(asyncio.CancelledError):
                     res.churn_pods = await churn_task
             await watch.stop()
+            await events.stop()
             if spy is not None:
                 await asyncio.to_thread(spy.stop)
                 report = summarize_profile(spy.out, top=30)
@@ -721,8 +1016,23 @@ class Bench:
             res.apiserver_cpu_seconds = (cpu_seconds(api_pid) or api0) - api0
         if etcd0 is not None:
             res.etcd_cpu_seconds = (cpu_seconds(etcd_pid) or etcd0) - etcd0
+        res.controllers_cpu_seconds = sum(cpu_seconds(p) or 0.0 for p in controller_pids) - ctl0
+        res.apiserver_requests = counter_delta(
+            request_counts(await self.admin.get_text("/metrics")), metrics0
+        )
+        if self.opts.audit_log is not None:
+            verbs, agents, _ = audit_counts(self.opts.audit_log, audit0)
+            res.scheduler_requests = verbs
+            res.scheduler_user_agents = agents
+            res.pod_status_writes = sum(
+                n
+                for k, n in verbs.items()
+                if k.split(" ")[0] in ("patch", "update") and k.endswith(" pods/status")
+            )
+        res.events = dict(sorted(events.by_reason.items()))
+        res.scheduled_events = events.count
         res.bound = watch.count
-        res.complete = watch.count >= total
+        res.complete = watch.count >= total and events.count >= total
         res.watch_restarts = watch.restarts
         res.throughput_samples = collector.samples
         res.throughput = summarize_throughput(collector.samples)
@@ -732,6 +1042,20 @@ class Bench:
         binds = sorted(watch.bound_at.values())
         if binds:
             res.overall_pods_per_second = len(binds) / max(binds[-1] - first_created, 1e-9)
+        written = sorted(events.bound_at.values())
+        if binds and written:
+            window_end = max(binds[-1], written[-1])
+            res.window_seconds = window_end - first_created
+            res.window_pods_per_second = len(binds) / max(res.window_seconds, 1e-9)
+            res.events_after_last_bind_s = written[-1] - binds[-1]
+        if res.bound:
+            n = res.bound
+            if res.cpu_seconds_measured is not None:
+                res.cpu_ms_per_pod = res.cpu_seconds_measured * 1000 / n
+            if res.apiserver_cpu_seconds is not None:
+                res.apiserver_cpu_ms_per_pod = res.apiserver_cpu_seconds * 1000 / n
+            if res.etcd_cpu_seconds is not None:
+                res.etcd_cpu_ms_per_pod = res.etcd_cpu_seconds * 1000 / n
         lat = [
             max(0.0, bound - created_at[n])
             for n, bound in watch.bound_at.items()
@@ -774,42 +1098,90 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def _med(runs: list[RunResult], get: Any) -> float | None:
+    return spread([v for v in (get(r) for r in runs) if v is not None]).get("median")
+
+
+def _scheduler_summary(runs: list[RunResult]) -> dict[str, Any]:
+    ok = [r for r in runs if not r.error] or runs
+    last = ok[-1]
+    return {
+        "n": len(runs),
+        "complete": sum(1 for r in runs if r.complete),
+        "average": spread([r.throughput["Average"] for r in ok if "Average" in r.throughput]),
+        "p50": _med(ok, lambda r: r.throughput.get("Perc50")),
+        "p90": _med(ok, lambda r: r.throughput.get("Perc90")),
+        "p99": _med(ok, lambda r: r.throughput.get("Perc99")),
+        "overall": spread([r.overall_pods_per_second for r in ok if r.bound]),
+        "window": spread([r.window_pods_per_second for r in ok if r.window_pods_per_second]),
+        "latency_p50_ms": _med(ok, lambda r: r.latency.get("p50_ms")),
+        "latency_p90_ms": _med(ok, lambda r: r.latency.get("p90_ms")),
+        "latency_p99_ms": _med(ok, lambda r: r.latency.get("p99_ms")),
+        "cpu_ms_per_pod": spread([r.cpu_ms_per_pod for r in ok if r.cpu_ms_per_pod is not None]),
+        "apiserver_cpu_ms_per_pod": _med(ok, lambda r: r.apiserver_cpu_ms_per_pod),
+        "etcd_cpu_ms_per_pod": _med(ok, lambda r: r.etcd_cpu_ms_per_pod),
+        "peak_rss_mib": max((r.peak_rss_mib or 0.0 for r in ok), default=None),
+        "events_after_last_bind_s": _med(ok, lambda r: r.events_after_last_bind_s),
+        "bound": last.bound,
+        "scheduled_events": last.scheduled_events,
+        "of": last.measured_pods,
+        "events": last.events,
+        "scheduler_requests": last.scheduler_requests,
+        "pod_status_writes": last.pod_status_writes,
+        "errors": [r.error.splitlines()[0] for r in runs if r.error],
+    }
+
+
 def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
-    """One row per (workload, throttle) with both schedulers and kscheduler / kube-scheduler."""
+    """One row per (workload, client setting, CPU mode): each scheduler's median and
+    spread over its runs, kscheduler / kube-scheduler, and each as a fraction of the
+    trivial binder's rate (the ceiling: same workload and CPU mode)."""
     rows: list[dict[str, Any]] = []
-    keys: list[tuple[str, str]] = []
+    keys: list[tuple[str, str, str]] = []
     for r in results:
-        if (r.workload, r.throttle) not in keys:
-            keys.append((r.workload, r.throttle))
-    for wl, th in keys:
-        by = {r.scheduler: r for r in results if r.workload == wl and r.throttle == th}
+        if (r.workload, r.throttle, r.cpu_mode) not in keys:
+            keys.append((r.workload, r.throttle, r.cpu_mode))
+    for wl, th, mode in keys:
+        group = [r for r in results if (r.workload, r.throttle, r.cpu_mode) == (wl, th, mode)]
+        kinds = list(dict.fromkeys(r.scheduler for r in group))
+        by = {k: _scheduler_summary([r for r in group if r.scheduler == k]) for k in kinds}
+        ceiling_runs = [
+            r
+            for r in results
+            if r.scheduler == CEILING and (r.workload, r.cpu_mode) == (wl, mode) and not r.error
+        ]
+        ceiling = _scheduler_summary(ceiling_runs) if ceiling_runs else None
+        first = group[0]
+        row: dict[str, Any] = {
+            "workload": wl,
+            "throttle": th,
+            "cpu_mode": mode,
+            "scheduler_cpus": format_cpus(first.scheduler_cpus) if mode == PINNED else "",
+            "control_plane_cpus": format_cpus(first.control_plane_cpus) if mode == PINNED else "",
+            "schedulers": by,
+            "ratios": {},
+        }
+        for one in by.values():
+            if ceiling is not None:
+                one["of_ceiling"] = {
+                    "average": _ratio(
+                        one["average"].get("median"), ceiling["average"].get("median")
+                    ),
+                    "window": _ratio(one["window"].get("median"), ceiling["window"].get("median")),
+                }
         ref = by.get(KUBE_SCHEDULER)
-        row: dict[str, Any] = {"workload": wl, "throttle": th, "schedulers": {}, "ratios": {}}
-        for label, one in by.items():
-            row["schedulers"][label] = {
-                "average": one.throughput.get("Average"),
-                "p50": one.throughput.get("Perc50"),
-                "p90": one.throughput.get("Perc90"),
-                "p99": one.throughput.get("Perc99"),
-                "overall": one.overall_pods_per_second,
-                "latency_p50_ms": one.latency.get("p50_ms"),
-                "latency_p99_ms": one.latency.get("p99_ms"),
-                "cpu_seconds": one.cpu_seconds_measured,
-                "peak_rss_mib": one.peak_rss_mib,
-                "bound": one.bound,
-                "of": one.measured_pods,
-                "error": one.error,
-            }
         for label, ks in by.items():
-            if ref is None or label == KUBE_SCHEDULER:
+            if ref is None or label in (KUBE_SCHEDULER, CEILING):
                 continue
             row["ratios"][label] = {
-                "average": _ratio(ks.throughput.get("Average"), ref.throughput.get("Average")),
-                "overall": _ratio(ks.overall_pods_per_second, ref.overall_pods_per_second),
-                "latency_p50": _ratio(ks.latency.get("p50_ms"), ref.latency.get("p50_ms")),
-                "latency_p99": _ratio(ks.latency.get("p99_ms"), ref.latency.get("p99_ms")),
-                "cpu_seconds": _ratio(ks.cpu_seconds_measured, ref.cpu_seconds_measured),
-                "peak_rss": _ratio(ks.peak_rss_mib, ref.peak_rss_mib),
+                "average": _ratio(ks["average"].get("median"), ref["average"].get("median")),
+                "window": _ratio(ks["window"].get("median"), ref["window"].get("median")),
+                "latency_p50": _ratio(ks["latency_p50_ms"], ref["latency_p50_ms"]),
+                "latency_p99": _ratio(ks["latency_p99_ms"], ref["latency_p99_ms"]),
+                "cpu_ms_per_pod": _ratio(
+                    ks["cpu_ms_per_pod"].get("median"), ref["cpu_ms_per_pod"].get("median")
+                ),
+                "peak_rss": _ratio(ks["peak_rss_mib"], ref["peak_rss_mib"]),
             }
         rows.append(row)
     return rows
@@ -819,34 +1191,88 @@ def _f(v: Any, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'workload':<26} {'client':<11} {'sched':<24} {'avg/s':>7} {'p50':>6} {'p90':>6} "
-        f"{'p99':>6} {'all/s':>7} {'lat50ms':>8} {'lat99ms':>8} {'cpu s':>6} {'rssMiB':>7} "
-        f"{'bound':>11}"
-    )
-    lines = [head, "-" * len(head)]
+def _range(d: dict[str, Any], fmt: str = "{:.0f}") -> str:
+    if not d.get("n"):
+        return "-"
+    if d["n"] == 1:
+        return fmt.format(d["median"])
+    return f"{fmt.format(d['median'])} [{fmt.format(d['min'])}-{fmt.format(d['max'])}]"
+
+
+TABLE_HEAD = (
+    "workload",
+    "client",
+    "cpus",
+    "scheduler",
+    "runs",
+    "avg pods/s [min-max]",
+    "p50",
+    "p90",
+    "p99",
+    "window pods/s",
+    "of ceiling",
+    "lat p50 ms",
+    "lat p99 ms",
+    "sched CPU ms/pod",
+    "apiserver ms/pod",
+    "etcd ms/pod",
+    "peak RSS MiB",
+    "bound/events/of",
+    "status writes",
+)
+
+
+def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    out: list[list[str]] = []
     for row in rows:
+        cpus = "shared" if row["cpu_mode"] == SHARED else f"sched {row['scheduler_cpus']}"
         for label, d in row["schedulers"].items():
-            lines.append(
-                f"{row['workload']:<26} {row['throttle']:<11} {label[:24]:<24} "
-                f"{_f(d['average']):>7} {_f(d['p50']):>6} {_f(d['p90']):>6} {_f(d['p99']):>6} "
-                f"{_f(d['overall']):>7} {_f(d['latency_p50_ms'], '{:.0f}'):>8} "
-                f"{_f(d['latency_p99_ms'], '{:.0f}'):>8} {_f(d['cpu_seconds']):>6} "
-                f"{_f(d['peak_rss_mib'], '{:.0f}'):>7} {d['bound']:>5}/{d['of']:<5}"
-                + (f"  ! {d['error'].splitlines()[0][:60]}" if d["error"] else "")
+            frac = (d.get("of_ceiling") or {}).get("average")
+            out.append(
+                [
+                    row["workload"],
+                    row["throttle"],
+                    cpus,
+                    label,
+                    f"{d['complete']}/{d['n']}",
+                    _range(d["average"]),
+                    _f(d["p50"], "{:.0f}"),
+                    _f(d["p90"], "{:.0f}"),
+                    _f(d["p99"], "{:.0f}"),
+                    _range(d["window"]),
+                    "-" if frac is None else f"{frac * 100:.0f}%",
+                    _f(d["latency_p50_ms"], "{:.0f}"),
+                    _f(d["latency_p99_ms"], "{:.0f}"),
+                    _range(d["cpu_ms_per_pod"], "{:.2f}"),
+                    _f(d["apiserver_cpu_ms_per_pod"], "{:.2f}"),
+                    _f(d["etcd_cpu_ms_per_pod"], "{:.2f}"),
+                    _f(d["peak_rss_mib"], "{:.0f}"),
+                    f"{d['bound']}/{d['scheduled_events']}/{d['of']}",
+                    _f(d["pod_status_writes"], "{:.0f}"),
+                ]
+                + ([f"! {d['errors'][0][:60]}"] if d["errors"] else [])
             )
-        for label, ratio in row["ratios"].items():
-            tag = (
-                "ks / kube" if label == KSCHEDULER else f"{label[len(PATCHED_PREFIX) - 1 :]} / kube"
-            )
-            x = "{:.2f}x"
-            lines.append(
-                f"{'':<26} {'':<11} {tag[:24]:<24} {_f(ratio['average'], x):>7} "
-                f"{'':>6} {'':>6} {'':>6} {_f(ratio['overall'], x):>7} "
-                f"{_f(ratio['latency_p50'], x):>8} {_f(ratio['latency_p99'], x):>8} "
-                f"{_f(ratio['cpu_seconds'], x):>6} {_f(ratio['peak_rss'], x):>7}"
-            )
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    body = table_rows(rows)
+    widths = [max(len(TABLE_HEAD[i]), *(len(r[i]) for r in body)) for i in range(len(TABLE_HEAD))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(TABLE_HEAD, widths, strict=True))]
+    lines.append("-" * len(lines[0]))
+    for r in body:
+        line = "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False))
+        lines.append((line + ("  " + r[-1] if len(r) > len(widths) else "")).rstrip())
+    return "\n".join(lines)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(TABLE_HEAD) + " |", "|" + "---|" * len(TABLE_HEAD)]
+    for r in table_rows(rows):
+        cells = r[: len(TABLE_HEAD)]
+        if len(r) > len(TABLE_HEAD):
+            cells[-1] += " " + r[-1].replace("|", "/")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -856,50 +1282,84 @@ def plot(results: list[RunResult], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels: list[tuple[str, str]] = []
+    panels: list[tuple[str, str, str]] = []
     for r in results:
-        if (r.workload, r.throttle) not in panels:
-            panels.append((r.workload, r.throttle))
+        if (r.workload, r.throttle, r.cpu_mode) not in panels:
+            panels.append((r.workload, r.throttle, r.cpu_mode))
     if not panels:
         return
-    throttles = [t for t in THROTTLES if any(p[1] == t for p in panels)]
-    wls = [w for w in dict.fromkeys(p[0] for p in panels)]
+    columns = list(dict.fromkeys((p[1], p[2]) for p in panels))
+    wls = list(dict.fromkeys(p[0] for p in panels))
     fig, axes = plt.subplots(
-        len(wls), len(throttles), figsize=(6.5 * len(throttles), 3.2 * len(wls)), squeeze=False
+        len(wls), len(columns), figsize=(5.5 * len(columns), 3.0 * len(wls)), squeeze=False
     )
     palette = ["tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
-    colors = {KUBE_SCHEDULER: "tab:blue", KSCHEDULER: "tab:orange"}
+    colors = {KUBE_SCHEDULER: "tab:blue", KSCHEDULER: "tab:orange", CEILING: "tab:gray"}
     for r in results:
         if r.scheduler not in colors:
-            colors[r.scheduler] = palette[(len(colors) - 2) % len(palette)]
+            colors[r.scheduler] = palette[(len(colors) - 3) % len(palette)]
     for i, wl in enumerate(wls):
-        for j, th in enumerate(throttles):
+        for j, (th, mode) in enumerate(columns):
             ax = axes[i][j]
+            labelled: set[str] = set()
             for r in results:
-                if r.workload != wl or r.throttle != th or not r.curve:
+                if (r.workload, r.throttle, r.cpu_mode) != (wl, th, mode) or not r.curve:
                     continue
                 xs = [c[0] for c in r.curve]
                 ys = [c[1] for c in r.curve]
-                avg = r.throughput.get("Average")
-                label = f"{r.scheduler} (avg {avg:.0f}/s)" if avg else r.scheduler
-                ax.step(xs, ys, where="post", color=colors[r.scheduler], label=label)
-            ax.set_title(f"{wl} - {th} ({THROTTLES[th][0]:g}/{THROTTLES[th][1]})", fontsize=9)
-            ax.set_xlabel("seconds since the first measured pod was created", fontsize=8)
-            ax.set_ylabel("bound pods", fontsize=8)
+                label = None if r.scheduler in labelled else r.scheduler
+                labelled.add(r.scheduler)
+                ax.step(xs, ys, where="post", color=colors[r.scheduler], label=label, alpha=0.8)
+            cpus = "shared CPUs" if mode == SHARED else "scheduler pinned"
+            ax.set_title(f"{wl} - {th} client - {cpus}", fontsize=8)
+            ax.set_xlabel("s since the first measured pod was created", fontsize=7)
+            ax.set_ylabel("bound pods", fontsize=7)
+            ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0.0, 0.0, 1.0, 0.98))
-    fig.savefig(path, dpi=110)
+            if labelled:
+                ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 0.97))
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
 # --------------------------------------------------------------------------- main
 
+MAIN_WORKLOADS = ("SchedulingBasic", "TopologySpreading", "SchedulingPodAntiAffinity")
+
+
+def available_cpus_all() -> list[int]:
+    """Every CPU this driver started with."""
+    return list(_START_CPUS)
+
+
+_START_CPUS = available_cpus()
+
+
+def pin_control_plane(cp: ControlPlane, cpus: Sequence[int]) -> dict[str, list[int]]:
+    """Every control plane process and this driver on ``cpus``; their affinities."""
+    out: dict[str, list[int]] = {}
+    for proc in cp.processes():
+        if proc.pid is not None:
+            pin(proc.pid, cpus)
+            out[proc.name] = affinity(proc.pid)
+    pin(os.getpid(), cpus)
+    out["driver"] = affinity(os.getpid())
+    return out
+
 
 async def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    all_cpus = available_cpus()
+    sched_cpus: list[int] = []
+    rest: list[int] = list(all_cpus)
+    if args.scheduler_cpus:
+        sched_cpus = parse_cpus(args.scheduler_cpus)
+        rest = split_cpus(sched_cpus, all_cpus)
+    modes = {"both": [SHARED, PINNED], SHARED: [SHARED], PINNED: [PINNED]}[args.cpu_modes]
+    audit_dir = Path(tempfile.mkdtemp(prefix="kscheduler-bench-audit-"))
     opts = Options(
         size=args.size,
         out=out,
@@ -908,6 +1368,8 @@ async def run(args: argparse.Namespace) -> int:
         kscheduler_profiler=args.kscheduler_profiler,
         kube_scheduler_verbosity=args.kube_scheduler_v,
         kscheduler_args=list(args.kscheduler_arg or []),
+        audit_log=audit_dir / "audit.log" if args.audit else None,
+        compact_etcd=args.compact_etcd,
     )
     chosen = [w for w in workloads(args.size) if w.name in set(args.workloads)]
     throttles = list(THROTTLES) if args.throttle == "both" else [args.throttle]
@@ -919,11 +1381,11 @@ async def run(args: argparse.Namespace) -> int:
         for x in args.schedulers.split(","):
             if x == "patched":
                 schedulers += variants
-            elif x in SCHEDULERS:
+            elif x in (*SCHEDULERS, CEILING):
                 schedulers.append(x)
             elif x:
                 raise SystemExit(
-                    f"unknown scheduler {x!r}; known: {', '.join(SCHEDULERS)}, patched"
+                    f"unknown scheduler {x!r}; known: {', '.join(SCHEDULERS)}, {CEILING}, patched"
                 )
     for v in variants:
         for name in kind_patches(v):
@@ -934,74 +1396,135 @@ async def run(args: argparse.Namespace) -> int:
     results: list[RunResult] = []
     json_path = out / f"{stamp}.json"
     png_path = out / f"{stamp}.png"
+    md_path = out / f"{stamp}.md"
+    version = kube_scheduler_version()
+    log(f"reference: {version}")
     meta: dict[str, Any] = {
         "size": args.size,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "kubernetes": K8S_VERSION,
-        "python": platform.python_version(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "kube_scheduler_version": version,
+        "machine": machine(),
+        "load_note": args.load_note,
         "throttles": {t: {"qps": THROTTLES[t][0], "burst": THROTTLES[t][1]} for t in throttles},
-        "scheduler_names": {k: scheduler_name(k) for k in schedulers},
-        "method": "see bench/run.py",
+        "cpu_modes": modes,
+        "scheduler_cpus": sched_cpus,
+        "control_plane_cpus": rest,
+        "pairs": args.pairs,
+        "main_pairs": args.main_pairs,
+        "ceiling": args.ceiling,
+        "audit": args.audit,
+        "etcd_compacted_between_runs": args.compact_etcd,
+        "scheduler_config": {
+            **PERF_CONFIG,
+            "kube_scheduler_v": args.kube_scheduler_v,
+            "kscheduler_log_level": "default",
+        },
+        "scheduler_names": {k: scheduler_name(k) for k in [*schedulers, CEILING]},
+        "method": "bench/run.py docstring; README 'Benchmarks'",
         "kscheduler_args": opts.kscheduler_args,
     }
 
     def write() -> None:
+        """The results so far: JSON, the Markdown table and the PNG, after every run."""
         rows = summarize(results)
+        meta["loadavg_now"] = load()
         doc = {"meta": meta, "summary": rows, "runs": [asdict(r) for r in results]}
         json_path.write_text(json.dumps(doc, indent=1))
+        md_path.write_text(markdown(rows) + "\n")
+        with contextlib.suppress(ImportError):
+            plot(results, png_path, f"kscheduler vs kube-scheduler {K8S_VERSION} - {args.size}")
 
-    log(f"starting the control plane (Kubernetes {K8S_VERSION})")
-    async with ControlPlane() as cp:
-        log(f"control plane up in {cp.startup_seconds:.1f}s at {cp.url}")
-        admin = cp.client(max_connections=CREATE_CONCURRENCY + 16)
-        try:
-            bench = Bench(cp, admin, opts, stamp)
-            for wl in chosen:
-                await bench.setup_workload(wl)
-                try:
-                    for th in throttles:
-                        for kind in schedulers:
-                            log(f"{wl.name} / {th} / {kind}: {wl.measure.count} pods")
-                            try:
-                                r = await bench.run_one(wl, kind, th)
-                            except Exception as exc:  # keep going: report the failure
-                                r = RunResult(
-                                    wl.name,
-                                    kind,
-                                    th,
-                                    *THROTTLES[th],
-                                    wl.nodes,
-                                    sum(g.count for g in wl.init),
-                                    wl.measure.count,
-                                    error=f"{type(exc).__name__}: {exc}",
-                                )
-                                with contextlib.suppress(Exception):
-                                    await bench.delete_pods(wl)
-                            results.append(r)
-                            log(
-                                f"  -> avg {_f(r.throughput.get('Average'))} pods/s, "
-                                f"overall {r.overall_pods_per_second:.1f}, "
-                                f"{r.bound}/{r.measured_pods} bound, "
-                                f"cpu {_f(r.cpu_seconds_measured)}s, "
-                                f"rss {_f(r.peak_rss_mib, '{:.0f}')}MiB"
-                                + (f" [{r.error.splitlines()[0]}]" if r.error else "")
-                            )
-                            write()
-                finally:
-                    await bench.teardown_workload(wl)
-        finally:
-            await admin.close()
-    write()
-    rows = summarize(results)
-    print()
-    print(table(rows))
+    extra_args = audit_apiserver_args(audit_dir) if args.audit else []
+    log(f"starting the control plane (Kubernetes {K8S_VERSION}); load {load()}")
+    sequence = 0
     try:
-        plot(results, png_path, f"kscheduler vs kube-scheduler {K8S_VERSION} - size {args.size}")
-        log(f"wrote {json_path} and {png_path}")
-    except ImportError:
-        log(f"wrote {json_path} (matplotlib missing: no plot; pip install -e '.[bench]')")
+        async with ControlPlane(extra_apiserver_args=extra_args) as cp:
+            log(f"control plane up in {cp.startup_seconds:.1f}s at {cp.url}")
+            admin = cp.client(max_connections=CREATE_CONCURRENCY + 16)
+            try:
+                bench = Bench(cp, admin, opts, stamp)
+                for wl in chosen:
+                    await bench.setup_workload(wl)
+                    pairs = args.main_pairs if wl.name in MAIN_WORKLOADS else args.pairs
+                    try:
+                        for mode in modes:
+                            for th in throttles:
+                                kinds = list(schedulers)
+                                if args.ceiling and th == "unthrottled" and CEILING not in kinds:
+                                    kinds.append(CEILING)
+                                for pair, kind in abba(kinds, pairs):
+                                    sequence += 1
+                                    log(
+                                        f"{wl.name} / {th} / {mode} / pair {pair + 1} / {kind}: "
+                                        f"{wl.measure.count} pods; load {load()}"
+                                    )
+                                    r = await one_run(
+                                        bench, wl, kind, th, mode, sched_cpus, rest, pair, sequence
+                                    )
+                                    results.append(r)
+                                    log_result(r)
+                                    if bench.affinities:
+                                        meta["pinned_affinities"] = bench.affinities
+                                    write()
+                    finally:
+                        await bench.teardown_workload(wl)
+            finally:
+                await admin.close()
+    finally:
+        shutil.rmtree(audit_dir, ignore_errors=True)
+    meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write()
+    print()
+    print(table(summarize(results)))
+    log(f"wrote {json_path}, {md_path}" + (f" and {png_path}" if png_path.exists() else ""))
     return 0
+
+
+def log_result(r: RunResult) -> None:
+    log(
+        f"  -> avg {_f(r.throughput.get('Average'))} pods/s, "
+        f"window {r.window_pods_per_second:.1f}/s, "
+        f"{r.bound}/{r.scheduled_events}/{r.measured_pods} bound/events/pods, "
+        f"cpu {_f(r.cpu_ms_per_pod, '{:.2f}')} ms/pod, "
+        f"rss {_f(r.peak_rss_mib, '{:.0f}')}MiB"
+        + (f" [{r.error.splitlines()[0]}]" if r.error else "")
+    )
+
+
+async def one_run(
+    bench: Bench,
+    wl: Workload,
+    kind: str,
+    th: str,
+    mode: str,
+    cpus: list[int],
+    rest: list[int],
+    pair: int,
+    sequence: int,
+) -> RunResult:
+    try:
+        return await bench.run_one(
+            wl, kind, th, mode=mode, cpus=cpus, rest=rest, pair=pair, sequence=sequence
+        )
+    except Exception as exc:  # keep going: report the failure
+        r = RunResult(
+            wl.name,
+            kind,
+            th,
+            *THROTTLES[th],
+            wl.nodes,
+            sum(g.count for g in wl.init),
+            wl.measure.count,
+            cpu_mode=mode,
+            pair=pair,
+            sequence=sequence,
+            error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-4)}",
+        )
+        pin_control_plane(bench.cp, available_cpus_all())
+        with contextlib.suppress(Exception):
+            await bench.delete_pods(wl)
+        return r
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1023,9 +1546,58 @@ def main(argv: list[str] | None = None) -> int:
         "--schedulers",
         default="both",
         help="'both' (kube-scheduler, kscheduler and every --kscheduler-patches variant), "
-        f"or a comma-separated list of: {', '.join(SCHEDULERS)}, patched (the variants)",
+        f"or a comma-separated list of: {', '.join(SCHEDULERS)}, {CEILING}, patched (the variants)",
     )
-    p.add_argument("--order", choices=("kube-scheduler-first", "kscheduler-first"), default=None)
+    p.add_argument(
+        "--order",
+        choices=("kube-scheduler-first", "kscheduler-first"),
+        default=None,
+        help="who runs first in the first pair (the next pair reverses it)",
+    )
+    p.add_argument("--pairs", type=int, default=1, help="ABBA pairs per workload")
+    p.add_argument(
+        "--main-pairs",
+        type=int,
+        default=None,
+        help=f"ABBA pairs for {', '.join(MAIN_WORKLOADS)} (default: --pairs)",
+    )
+    p.add_argument(
+        "--scheduler-cpus",
+        default=None,
+        metavar="LIST",
+        help="CPUs of the scheduler under test when pinned (e.g. 1 or 0-3); the control "
+        "plane and the driver get the others; GOMAXPROCS follows for kube-scheduler",
+    )
+    p.add_argument(
+        "--cpu-modes",
+        choices=("both", SHARED, PINNED),
+        default=None,
+        help="shared (nothing pinned), pinned (needs --scheduler-cpus) or both "
+        "(default: both with --scheduler-cpus, else shared)",
+    )
+    p.add_argument(
+        "--no-ceiling",
+        dest="ceiling",
+        action="store_false",
+        help="skip the trivial binder (the control plane's ceiling)",
+    )
+    p.add_argument(
+        "--no-audit",
+        dest="audit",
+        action="store_false",
+        help="do not count the scheduler identity's requests from an apiserver audit log",
+    )
+    p.add_argument(
+        "--no-compact-etcd",
+        dest="compact_etcd",
+        action="store_false",
+        help="skip compacting and defragmenting etcd before each run",
+    )
+    p.add_argument(
+        "--load-note",
+        default="",
+        help="what else ran on the machine meanwhile (kept in the results' meta)",
+    )
     p.add_argument("--out", default="bench-results")
     p.add_argument(
         "--stall-timeout",
@@ -1048,9 +1620,26 @@ def main(argv: list[str] | None = None) -> int:
         help="one more scheduler under test: kscheduler with these bench.experiments "
         "patches (ALL: every daemon patch); repeat for more variants",
     )
-    p.add_argument("--kube-scheduler-v", type=int, default=2, help="kube-scheduler --v")
+    p.add_argument(
+        "--kube-scheduler-v", type=int, default=0, help="kube-scheduler --v (its default: 0)"
+    )
     p.add_argument("--kscheduler-arg", action="append", metavar="ARG", help="extra kscheduler flag")
     args = p.parse_args(argv)
+    if args.pairs < 1:
+        p.error("--pairs: must be at least 1")
+    if args.main_pairs is None:
+        args.main_pairs = args.pairs
+    if args.main_pairs < 1:
+        p.error("--main-pairs: must be at least 1")
+    if args.cpu_modes is None:
+        args.cpu_modes = "both" if args.scheduler_cpus else SHARED
+    if args.cpu_modes != SHARED and not args.scheduler_cpus:
+        p.error(f"--cpu-modes {args.cpu_modes}: needs --scheduler-cpus")
+    if args.scheduler_cpus:
+        try:
+            split_cpus(parse_cpus(args.scheduler_cpus), available_cpus())
+        except ValueError as exc:
+            p.error(f"--scheduler-cpus: {exc}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     try:
         import uvloop
