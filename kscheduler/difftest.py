@@ -1298,7 +1298,15 @@ class DiffRunner:
                     if step.wait_before:
                         await self._settle(scenario, outcome)
                     if step.after_nominated is not None:
-                        await self._settle(scenario, outcome, nominated=step.after_nominated)
+                        seen = await self._settle(scenario, outcome, nominated=step.after_nominated)
+                        held = seen.pods.get(step.after_nominated)
+                        if held is None or held.bound or not held.nominated_node:
+                            # the window closed before the pod came: it would prove nothing
+                            raise RuntimeError(
+                                f"{step.name}: {step.after_nominated} is "
+                                f"{held.summary() if held else 'missing'}, not nominated and "
+                                "waiting, when it is to be created"
+                            )
                     pod = copy.deepcopy(step.pod)
                     pod["spec"]["schedulerName"] = which
                     made = await self.api.post(_pods_path(pod["metadata"]["namespace"]), pod)
