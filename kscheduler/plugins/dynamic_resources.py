@@ -29,7 +29,8 @@ PostFilter
     ("deallocation of ResourceClaim completed").
 
 Score (with firstAvailable requests only)
-    Per allocated subrequest, 8 minus its index; normalized to [0, 100].
+    Per allocated subrequest, 8 minus its index; normalized to [0, 100]. PreScore
+    skips it for a pod without claims (kube-scheduler scores those 0 everywhere).
 
 Reserve / Unreserve
     The node's allocations are recorded as in flight: the devices count as taken
@@ -424,6 +425,15 @@ class DynamicResources:
         return None, Status.unschedulable()
 
     # ---- Score -------------------------------------------------------------------------
+    def pre_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> Status | None:
+        """Skip for a pod without claims (its Score would be 0 on every node)."""
+        s = state.get(STATE_KEY)
+        if not isinstance(s, _State) or not s.has_claims:
+            return Status.skip()
+        return None
+
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo
     ) -> tuple[int, Status | None]:

@@ -34,7 +34,16 @@ def with_claims() -> PodInfo:
 
 def test_extension_points() -> None:
     assert ENTRY.extension_points == frozenset(
-        {"preEnqueue", "preFilter", "filter", "postFilter", "score", "reserve", "preBind"}
+        {
+            "preEnqueue",
+            "preFilter",
+            "filter",
+            "postFilter",
+            "preScore",
+            "score",
+            "reserve",
+            "preBind",
+        }
     )
     assert ENTRY.parse_args is None
 
