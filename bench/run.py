@@ -138,6 +138,8 @@ SCHEDULER_NAMES = {
 #: what scheduler_perf sets for kube-scheduler, set for both schedulers under test
 PERF_CONFIG = {"enableProfiling": False, "enableContentionProfiling": False}
 SHARED = "shared"
+#: the schedulerName of the init pods (created bound)
+INIT_SCHEDULER = "bench-init"
 PINNED = "pinned"
 
 
@@ -782,9 +784,37 @@ class Bench:
         await self.admin.delete("/api/v1/nodes")
         await self._wait_empty("/api/v1/nodes")
 
-    async def delete_pods(self, wl: Workload) -> None:
-        """Every pod of the workload, one DELETE each, CREATE_CONCURRENCY at once (a
-        DeleteCollection deletes with four workers and took minutes on a busy machine)."""
+    async def ensure_init_pods(self, wl: Workload) -> None:
+        """The init pods, already bound, kept from run to run while all of them are
+        there (a preempting workload's victims are deleted: then they are made anew).
+        Their schedulerName is neither scheduler's: a bound pod counts the same for
+        both."""
+        init = wl.init_pods(INIT_SCHEDULER)
+        if not init:
+            return
+        init_ns = list(dict.fromkeys(p["metadata"]["namespace"] for p in init))
+        present = 0
+        for ns in init_ns:
+            present += sum(
+                1
+                for p in await self.admin.list(pods_path(ns))
+                if not p["metadata"].get("deletionTimestamp")
+            )
+        if present == len(init):
+            return
+        if present:
+            await self.delete_pods(wl)
+        await create_pods(self.admin, init, concurrency=CREATE_CONCURRENCY)
+
+    def _kept(self, wl: Workload) -> set[str]:
+        return {wl.namespace(g.namespace) for g in wl.init} - {wl.namespace(wl.measure.namespace)}
+
+    async def delete_pods(self, wl: Workload, *, keep_init: bool = False) -> None:
+        """Every pod of the workload (but the init pods' namespaces with keep_init), one
+        DELETE each, CREATE_CONCURRENCY at once (a DeleteCollection deletes with four
+        workers and took minutes on a busy machine)."""
+        kept = self._kept(wl) if keep_init else set()
+        namespaces = [ns for ns in wl.namespaces() if ns not in kept]
 
         async def delete(path: str) -> None:
             with contextlib.suppress(ApiError):  # 404: already gone
@@ -792,11 +822,11 @@ class Bench:
 
         paths = [
             f"{pods_path(ns)}/{pod['metadata']['name']}"
-            for ns in wl.namespaces()
+            for ns in namespaces
             for pod in await self.admin.list(pods_path(ns))
         ]
         await run_bounded(paths, delete, concurrency=CREATE_CONCURRENCY)
-        for ns in wl.namespaces():
+        for ns in namespaces:
             await self._wait_empty(pods_path(ns))
             with contextlib.suppress(ApiError):
                 await self.admin.delete(f"/api/v1/namespaces/{ns}/events")
@@ -879,9 +909,7 @@ class Bench:
             res.etcd_maintenance = await asyncio.to_thread(
                 etcd_compact_defrag, self.cp.etcd_endpoint
             )
-        init = wl.init_pods(name)
-        if init:
-            await create_pods(self.admin, init, concurrency=CREATE_CONCURRENCY)
+        await self.ensure_init_pods(wl)
         res.loadavg_before = load()
         if mode == PINNED:
             # pinned from the scheduler's start to its stop; set-up and clean-up use every CPU
@@ -910,7 +938,7 @@ class Bench:
             await sched.stop()
             if mode == PINNED:
                 pin_control_plane(self.cp, available_cpus_all())
-            await self.delete_pods(wl)
+            await self.delete_pods(wl, keep_init=True)
         return res
 
     async def _measure(
@@ -1444,29 +1472,29 @@ async def run(args: argparse.Namespace) -> int:
             admin = cp.client(max_connections=CREATE_CONCURRENCY + 16)
             try:
                 bench = Bench(cp, admin, opts, stamp)
-                for wl in chosen:
-                    await bench.setup_workload(wl)
+                # every workload once per (mode, client setting) before the next one,
+                # so that a run cut short still covers every workload in the first
+                for mode, th, wl in plan(modes, throttles, chosen):
+                    kinds = list(schedulers)
+                    if args.ceiling and th == "unthrottled" and CEILING not in kinds:
+                        kinds.append(CEILING)
                     pairs = args.main_pairs if wl.name in MAIN_WORKLOADS else args.pairs
+                    await bench.setup_workload(wl)
                     try:
-                        for mode in modes:
-                            for th in throttles:
-                                kinds = list(schedulers)
-                                if args.ceiling and th == "unthrottled" and CEILING not in kinds:
-                                    kinds.append(CEILING)
-                                for pair, kind in abba(kinds, pairs):
-                                    sequence += 1
-                                    log(
-                                        f"{wl.name} / {th} / {mode} / pair {pair + 1} / {kind}: "
-                                        f"{wl.measure.count} pods; load {load()}"
-                                    )
-                                    r = await one_run(
-                                        bench, wl, kind, th, mode, sched_cpus, rest, pair, sequence
-                                    )
-                                    results.append(r)
-                                    log_result(r)
-                                    if bench.affinities:
-                                        meta["pinned_affinities"] = bench.affinities
-                                    write()
+                        for pair, kind in abba(kinds, pairs):
+                            sequence += 1
+                            log(
+                                f"{wl.name} / {th} / {mode} / pair {pair + 1} / {kind}: "
+                                f"{wl.measure.count} pods; load {load()}"
+                            )
+                            r = await one_run(
+                                bench, wl, kind, th, mode, sched_cpus, rest, pair, sequence
+                            )
+                            results.append(r)
+                            log_result(r)
+                            if bench.affinities:
+                                meta["pinned_affinities"] = bench.affinities
+                            write()
                     finally:
                         await bench.teardown_workload(wl)
             finally:
@@ -1479,6 +1507,14 @@ async def run(args: argparse.Namespace) -> int:
     print(table(summarize(results)))
     log(f"wrote {json_path}, {md_path}" + (f" and {png_path}" if png_path.exists() else ""))
     return 0
+
+
+def plan(
+    modes: Sequence[str], throttles: Sequence[str], chosen: Sequence[Workload]
+) -> list[tuple[str, str, Workload]]:
+    """(CPU mode, client setting, workload) in run order: pinned first when both."""
+    ordered = sorted(modes, key=lambda m: m != PINNED)
+    return [(m, t, w) for t in throttles for m in ordered for w in chosen]
 
 
 def log_result(r: RunResult) -> None:
