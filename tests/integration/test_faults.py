@@ -56,7 +56,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,10 +261,16 @@ async def check_all(
     env: Env,
     *,
     expect_bound: Iterable[str],
-    faults: int,
+    injected: Mapping[str, int],
     **figures: Any,
 ) -> None:
-    """The end-of-test invariants; records the figures first so that a failure shows them."""
+    """The end-of-test invariants; records the figures first so that a failure shows them.
+
+    injected: how many times each kind of fault the test meant to inject was seen to
+    happen; each must be > 0 (a fault that never happened proves nothing), and this is
+    asserted before anything else.
+    """
+    assert_injected(injected)
     await wait_converged(s, env.rest)
     got = await pods_by_name(env.rest, env.ns)
     expected = list(expect_bound)
@@ -273,7 +279,8 @@ async def check_all(
     logged = s.logs.bound_counts()
     FIGURES.record(
         test,
-        faults=faults,
+        faults=sum(injected.values()),
+        **{f"injected[{kind}]": n for kind, n in injected.items()},
         pods=len(expected),
         lost=len(lost),
         double_binds=env.monitor.double_binds() + len(s.ledger.double_binds()),
@@ -290,6 +297,13 @@ async def check_all(
     assert not [k for k, n in logged.items() if n > max(1, pods_of[k])], logged
     s.logs.assert_no_unexpected()
     assert not lost, f"pods never bound: {lost}"
+
+
+def assert_injected(injected: Mapping[str, int]) -> None:
+    """Every kind of fault the test meant to inject happened at least once."""
+    assert injected, "a fault test names the faults it injects"
+    missing = sorted(kind for kind, n in injected.items() if n <= 0)
+    assert not missing, f"faults never injected: {missing} (counts: {dict(injected)})"
 
 
 async def create_retrying(rest: RestClient, ns: str, pods: Iterable[JSON]) -> None:
@@ -380,6 +394,8 @@ class FaultProxy:
         self.policy = policy
         self.exchanges: list[Exchange] = []
         self.partitioned = False
+        #: connections reset by partition() (client side and upstream streams)
+        self.cuts = 0
         #: path prefixes refused as in a partition while everything else flows
         self.blocked: tuple[str, ...] = ()
         self.port = 0
@@ -434,8 +450,10 @@ class FaultProxy:
         for conn in list(server.connections) if server is not None else []:
             if conn.transport is not None:
                 conn.transport.abort()
+                self.cuts += 1
         for up in list(self._live):
             up.close()
+            self.cuts += 1
 
     async def heal(self) -> None:
         self.partitioned = False
@@ -578,9 +596,12 @@ async def test_apiserver_restart_mid_workload(
         producer = asyncio.create_task(
             create_retrying(env.rest, env.ns, [pod(n, env.ns) for n in during])
         )
+        pid_before = cp.apiserver_process.pid
+        watches_before = s.informer("pods").watches
         stopped = time.monotonic()
         await cp.arestart_apiserver(graceful=graceful)
         ready = time.monotonic()
+        restarted = int(cp.apiserver_process.pid != pid_before)
         # a pod created now can only be bound once the scheduler's pod watch is back
         await create_retrying(env.rest, env.ns, [pod("probe", env.ns)])
         await producer
@@ -596,7 +617,10 @@ async def test_apiserver_restart_mid_workload(
             s,
             env,
             expect_bound=[*names, "probe"],
-            faults=1,
+            injected={
+                "apiserver restarts": restarted,
+                "pod watches reopened": s.informer("pods").watches - watches_before,
+            },
             downtime_s=ready - stopped,
             ready_to_next_bind_s=(next_bind - ready) if next_bind else -1.0,
             ready_to_new_pod_bound_s=(probe[0].ended or 0) - ready if probe else -1.0,
@@ -697,7 +721,7 @@ async def test_partition_then_compaction_gives_410_and_the_cache_converges(
                 s,
                 env,
                 expect_bound=[n for n in [*first, *fresh, *later] if n in got],
-                faults=2,
+                injected={"connections cut": proxy.cuts, "watches expired (410)": len(expired)},
                 partition_s=healed - cut,
                 compacted_revision=revision,
                 relists_pods=relisted["pods"],
@@ -726,6 +750,7 @@ async def test_no_bind_to_a_node_deleted_while_the_node_watch_was_down(
             await create_pods(env.rest, [pod(n, env.ns) for n in anywhere])
             await etcd_compact(cp.etcd_endpoint)
             proxy.blocked = ("/api/v1/nodes",)
+            healed = time.monotonic()
             await proxy.heal()
 
             async def pods_relisted() -> bool:
@@ -738,13 +763,21 @@ async def test_no_bind_to_a_node_deleted_while_the_node_watch_was_down(
             await wait_converged(s, env.rest)
             got = await pods_by_name(env.rest, env.ns)
             ghosts = sorted(n for n in anywhere if node_of(got[n]) in ("g-4", "g-5"))
+            refused = [
+                e
+                for e in proxy.exchanges
+                if e.at >= healed and e.fault == "partition" and e.path.startswith("/api/v1/nodes")
+            ]
+            injected = {"connections cut": proxy.cuts, "node requests refused": len(refused)}
             FIGURES.record(
                 "nodes watch back after the pods watch",
-                faults=2,
+                faults=sum(injected.values()),
+                **{f"injected[{kind}]": n for kind, n in injected.items()},
                 pods=len(anywhere),
                 bound_to_deleted_nodes=len(ghosts),
                 orphan_kept=node_of(got[changes["orphan"]]) == "g-5",
             )
+            assert_injected(injected)
             assert not ghosts, f"bound to nodes deleted during the partition: {ghosts}"
 
 
@@ -758,12 +791,15 @@ class Gate:
         self._arrived = {n: asyncio.Event() for n in names}
         self._release = {n: asyncio.Event() for n in names}
         self.node: dict[str, str] = {}
+        #: binds held so far
+        self.held = 0
 
     async def __call__(self, pod: PodInfo, node: str) -> None:
         release = self._release.get(pod.name)
         if release is None or release.is_set():
             return
         self.node[pod.name] = node
+        self.held += 1
         self._arrived[pod.name].set()
         await release.wait()
 
@@ -864,7 +900,10 @@ async def test_pod_deleted_while_its_bind_is_in_flight(
                 s,
                 env,
                 expect_bound=others,
-                faults=1,
+                injected={
+                    "binds held": gate.held,
+                    "held binds answered 404": sum(a.status == 404 for a in s.ledger.of("victim")),
+                },
                 held_bind_answer=attempt.status,
                 victim_bind_attempts=len(s.ledger.of("victim")),
             )
@@ -922,7 +961,12 @@ async def test_node_deleted_after_assume_the_bind_lands_on_the_missing_node(
                 s,
                 env,
                 expect_bound=[*others, "p"],
-                faults=1,
+                injected={
+                    "binds held": gate.held,
+                    "binds to a deleted node": sum(
+                        a.ok and a.node == ghost for a in s.ledger.of("p")
+                    ),
+                },
                 apiserver_accepts_binding_to_missing_node=True,
             )
             assert ghost not in s.app.cache.nodes, "the node-less entry outlived its pod"
@@ -982,7 +1026,7 @@ async def test_node_deleted_after_assume_and_the_bind_refused_requeues_elsewhere
                 s,
                 env,
                 expect_bound=["p"],
-                faults=2,
+                injected={"binds held": gate.held, "binds refused": len(refused)},
                 bind_attempts=len(s.ledger.of("p")),
                 retry_after_s=(second.started - (first.ended or 0)),
             )
@@ -1047,7 +1091,10 @@ async def test_bind_answered_with_a_conflict(
                 s,
                 env,
                 expect_bound=["p"],
-                faults=1,
+                injected={
+                    "binds held": gate.held,
+                    "binds answered 409": sum(a.status == 409 for a in s.ledger.of("p")),
+                },
                 our_bind_answer=attempt.status,
                 bind_attempts=len(s.ledger.of("p")),
                 pod_scheduled_condition=f"{cond.get('status')}/{cond.get('reason', '')}",
@@ -1069,9 +1116,11 @@ async def _throttled_workload(
     faults: RandomFaults,
     *,
     test: str,
+    kinds: Iterable[str],
     storm: float = 0.0,
 ) -> None:
-    """8 nodes, 160 pods through a proxy that injects ``faults`` once the scheduler synced."""
+    """8 nodes, 160 pods through a proxy that injects ``faults`` once the scheduler synced;
+    kinds: the fault labels (``Fault.label``) that must each have been injected."""
     async with FaultProxy(cp, faults) as proxy, environment(cp) as env:
         kubeconfig = proxy.kubeconfig(cp.scheduler_token, tmp_path / "proxied.kubeconfig")
         await create_nodes(
@@ -1095,12 +1144,19 @@ async def _throttled_workload(
             rep = retry_gaps(seen, watch_min=WATCH_RETRY_FLOOR, error_min=REQUEST_RETRY_FLOOR)
             in_storm = proxy.during(*storm_window) if storm else []
             binds = [e for e in seen if e.path.endswith("/binding")]
+            labels = Counter(e.fault for e in seen if e.fault)
+            injected = {kind: labels[kind] for kind in kinds}
+            if storm:  # each fault counted once: the storm's 429s apart from the others
+                stormed = sum(1 for e in in_storm if e.fault == "429")
+                injected["429 in the storm"] = stormed
+                injected["429"] = labels["429"] - stormed
             await check_all(
                 test,
                 s,
                 env,
                 expect_bound=names,
-                faults=rep.faults,
+                injected=injected,
+                faults_seen_by_retry_gaps=rep.faults,
                 requests=len(seen),
                 bind_requests=len(binds),
                 retried_after_fault=rep.retried,
@@ -1126,7 +1182,13 @@ async def test_throttling_429_is_retried_after_retry_after(
     """30% of requests answered 429 (Retry-After: 1), then 3 s where every request is."""
     faults = RandomFaults(1, p429=0.3, retry_after=1.0)
     await _throttled_workload(
-        restart_plane, monkeypatch, tmp_path, faults, test="429 throttling", storm=3.0
+        restart_plane,
+        monkeypatch,
+        tmp_path,
+        faults,
+        test="429 throttling",
+        kinds=["429"],
+        storm=3.0,
     )
 
 
@@ -1137,7 +1199,14 @@ async def test_5xx_and_lost_bind_answers(
     carried out by the apiserver but answered 504 (the answer lost on the way back):
     the scheduler sees a failed bind for a pod that is in fact bound."""
     faults = RandomFaults(2, p503=0.2, p_lost_bind=0.15)
-    await _throttled_workload(restart_plane, monkeypatch, tmp_path, faults, test="503 and lost 504")
+    await _throttled_workload(
+        restart_plane,
+        monkeypatch,
+        tmp_path,
+        faults,
+        test="503 and lost 504",
+        kinds=["503", "lost-504"],
+    )
 
 
 # --------------------------------------------------------------------------- 5. malformed input
@@ -1258,6 +1327,7 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
             evs = await events_of(env.rest, ns, name, "FailedScheduling")
             return next((e for e in evs if text in e["note"]), None)
 
+        reported_events: list[JSON] = []
         reasons = {
             bad: "1.5",
             "absurd-cpu": "Insufficient cpu",
@@ -1270,6 +1340,7 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
 
             ev = await wait_for(check, what=f"FailedScheduling for {name} saying {why!r}")
             assert ev["type"] == "Warning"
+            reported_events.append(ev)
         (ev, *_) = await events_of(env.rest, ns, bad, "FailedScheduling")
         assert "matchExpressions[0]" in ev["note"] and "integer" in ev["note"], ev
         cond = pod_condition((await pods_by_name(env.rest, ns))[bad]) or {}
@@ -1288,6 +1359,7 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
             },
         }
         nodes.apply("MODIFIED", corrupt)
+        unparseable_nodes = int("v-1" in s.app.handlers.bad_nodes)
         assert s.app.snapshot.get("v-1") is None
         assert "status.allocatable.cpu" in s.app.handlers.bad_nodes["v-1"]
         assert s.logs.events("ignoring node that cannot be parsed", node="v-1")
@@ -1320,7 +1392,13 @@ async def test_malformed_objects_get_a_reason_and_the_rest_keep_flowing(
             s,
             env,
             expect_bound=[*good, *big, *meanwhile, "absurd-cpu", *after],
-            faults=4,
+            injected={
+                "malformed pods accepted": sum(
+                    n in got for n in [*big, bad, "absurd-cpu", "missing-claim"]
+                ),
+                "malformed pods reported": len(reported_events),
+                "unparseable nodes delivered": unparseable_nodes,
+            },
             failed_scheduling_reported=len(reasons),
             attempts_of_bad_affinity=len(tried),
         )
@@ -1775,6 +1853,12 @@ async def test_soak_with_churn(tmp_path: Path, request: pytest.FixtureRequest) -
                 if capman is not None:
                     with capman.global_and_fixture_disabled():
                         print(f"\n{text}\n  (written to {out})")
+                assert_injected(
+                    {
+                        "nodes replaced": churn.nodes_replaced,
+                        "pods deleted": churn.deleted,
+                    }
+                )
                 assert not crashed, crashed
                 assert proc.alive(), proc.log_tail()
                 monitor.assert_ok()
