@@ -21,6 +21,7 @@ from kscheduler.extender import (
     prioritize_with_extenders,
 )
 from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.features import GATES
 from kscheduler.framework.interface import NodeToStatus, SharedLister
 from kscheduler.framework.runtime import Framework, go_list
 from kscheduler.framework.status import Code, Status
@@ -139,11 +140,24 @@ class Algorithm:
         *,
         record: FilterRecord | None = None,
         sample: bool = True,
+        cycle: int | None = None,
     ) -> ScheduleResult:
-        """Raises FitError when nothing fits, ScheduleError on a plugin error."""
+        """Raises FitError when nothing fits, ScheduleError on a plugin error.
+
+        ``cycle`` (the scheduling cycle's number) turns on opportunistic batching
+        for a profile that signs pods (see kscheduler.framework.signing)."""
         nodes = snapshot.node_infos()
         if not nodes:
             raise FitError(pod, 0, Diagnosis(pre_filter_msg=NO_NODES_MSG))
+        batching = (
+            cycle is not None
+            and record is None
+            and GATES.opportunistic_batching
+            and fwk.signatures_enabled
+        )
+        if batching:
+            assert cycle is not None
+            return self._schedule_batching(fwk, state, pod, snapshot, cycle, sample)
         feasible, diagnosis = self.find_nodes_that_fit(
             fwk, state, pod, snapshot, record=record, sample=sample
         )
@@ -159,6 +173,60 @@ class Algorithm:
             record.totals = totals
         return ScheduleResult(host, evaluated, len(feasible), scores, totals)
 
+    def _schedule_batching(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        snapshot: SharedLister,
+        cycle: int,
+        sample: bool,
+    ) -> ScheduleResult:
+        """schedule_pod with OpportunisticBatching: a hint from the previous cycle is
+        tried alone first; the nodes not taken are kept, sorted, for the next cycle."""
+        signature = fwk.sign_pod(pod)
+        hint = ""
+
+        def node_hint(st: CycleState) -> str:
+            nonlocal hint
+            hint = fwk.batch.node_hint(st, pod, signature, cycle)
+            return hint
+
+        feasible, diagnosis = self.find_nodes_that_fit(
+            fwk, state, pod, snapshot, sample=sample, node_hint=node_hint
+        )
+        if not feasible:
+            raise FitError(pod, len(snapshot.node_infos()), diagnosis)
+        evaluated = len(feasible) + len(diagnosis.node_to_status.statuses)
+        if len(feasible) == 1:
+            fwk.batch.store(signature, hint, feasible[0].name, None, cycle)
+            return ScheduleResult(feasible[0].name, evaluated, 1)
+        st = fwk.run_pre_score(state, pod, feasible)
+        if st is not None:
+            raise ScheduleError(st)
+        raw: dict[str, tuple[list[int], list[int]]] = {}
+        scores, st = fwk.run_score(state, pod, feasible, keep_raw=raw)
+        if st is not None:
+            raise ScheduleError(st)
+        totals = [0] * len(feasible)
+        for weighted in scores.values():
+            totals = list(map(add, totals, weighted))
+        ranked = fwk.batch.sort(
+            [
+                fwk.batch.scored(ni.name, {p: r[0][i] for p, r in raw.items()}, totals[i])
+                for i, ni in enumerate(feasible)
+            ]
+        )
+        host = ranked[0].name
+        fwk.batch.store(signature, hint, host, ranked[1:], cycle)
+        return ScheduleResult(
+            host,
+            evaluated,
+            len(feasible),
+            scores,
+            dict(zip(map(_name, feasible), totals, strict=True)),
+        )
+
     def find_nodes_that_fit(
         self,
         fwk: Framework,
@@ -169,6 +237,7 @@ class Algorithm:
         record: FilterRecord | None = None,
         sample: bool = True,
         try_nominated: bool = True,
+        node_hint: Callable[[CycleState], str] | None = None,
     ) -> tuple[list[NodeInfo], Diagnosis]:
         all_nodes = snapshot.node_infos()
         diagnosis = Diagnosis()
@@ -184,6 +253,10 @@ class Algorithm:
             return [], diagnosis
 
         nominated = pod.nominated_node_name
+        if node_hint is not None:
+            # the batch's hint (taken even with a nominated node, which goes first)
+            hint = node_hint(state)
+            nominated = nominated or hint
         if nominated and record is None and try_nominated:
             ni = snapshot.get(nominated)
             if ni is not None and (

@@ -147,6 +147,8 @@ class Scheduler:
         self.cache = cache
         #: HTTP extenders, shared by all profiles (see kscheduler.extender).
         self.extenders = list(extenders)
+        #: scheduling cycles started (OpportunisticBatching compares neighbours)
+        self.cycle = 0
         self.queue = queue
         self.profiles = dict(profiles)
         self.algorithm = algorithm
@@ -205,6 +207,8 @@ class Scheduler:
     # ---- scheduling cycle --------------------------------------------------------------------
     async def schedule_one(self, qp: QueuedPodInfo) -> None:
         pod = qp.pod
+        # every popped pod is a cycle (the batch reuses results only between neighbours)
+        self.cycle += 1
         fwk = self.profiles.get(pod.scheduler_name)
         if fwk is None:
             self.queue.done(pod.uid)
@@ -253,7 +257,9 @@ class Scheduler:
                     record=record,
                 )
             else:
-                result = self.algorithm.schedule_pod(fwk, state, pod, self.snapshot, record=record)
+                result = self.algorithm.schedule_pod(
+                    fwk, state, pod, self.snapshot, record=record, cycle=self.cycle
+                )
         except FitError as fe:
             if record is not None:
                 self._annotate(fwk, state, pod, record, fit_error=fe)

@@ -19,6 +19,7 @@ NOMINATED_NODE_NAME_FOR_EXPECTATION = "NominatedNodeNameForExpectation"
 NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
 SCHEDULER_ASYNC_PREEMPTION = "SchedulerAsyncPreemption"
 VOLUME_LIMIT_SCALING = "VolumeLimitScaling"
+OPPORTUNISTIC_BATCHING = "OpportunisticBatching"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ KNOWN: Mapping[str, GateSpec] = {
     NODE_DECLARED_FEATURES: GateSpec(True, "GA", locked=True, upstream_locked=True),
     SCHEDULER_ASYNC_PREEMPTION: GateSpec(True, "BETA", locked=True),
     VOLUME_LIMIT_SCALING: GateSpec(True, "BETA"),
+    OPPORTUNISTIC_BATCHING: GateSpec(True, "BETA"),
 }
 
 
@@ -48,7 +50,6 @@ KNOWN: Mapping[str, GateSpec] = {
 #: in the error, rather than as unknown).
 NOT_IMPLEMENTED = frozenset(
     {
-        "OpportunisticBatching",
         "GenericWorkload",
         "StorageCapacityScoring",
         "InPlacePodVerticalScaling",
@@ -90,6 +91,7 @@ class FeatureGates:
     nominated_node_name_for_expectation: bool = True
     node_declared_features: bool = True
     volume_limit_scaling: bool = True
+    opportunistic_batching: bool = True
 
     def enabled(self, name: str) -> bool:
         return {
@@ -98,6 +100,7 @@ class FeatureGates:
             NOMINATED_NODE_NAME_FOR_EXPECTATION: self.nominated_node_name_for_expectation,
             NODE_DECLARED_FEATURES: self.node_declared_features,
             VOLUME_LIMIT_SCALING: self.volume_limit_scaling,
+            OPPORTUNISTIC_BATCHING: self.opportunistic_batching,
         }.get(name, KNOWN[name].default if name in KNOWN else False)
 
 
@@ -165,6 +168,7 @@ def gates_from(settings: Mapping[str, bool]) -> FeatureGates:
         nominated_node_name_for_expectation=get(NOMINATED_NODE_NAME_FOR_EXPECTATION),
         node_declared_features=get(NODE_DECLARED_FEATURES),
         volume_limit_scaling=get(VOLUME_LIMIT_SCALING),
+        opportunistic_batching=get(OPPORTUNISTIC_BATCHING),
     )
 
 

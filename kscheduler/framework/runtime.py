@@ -40,6 +40,7 @@ from kscheduler.framework.interface import (
     WaitingPod,
 )
 from kscheduler.framework.registry import Registry
+from kscheduler.framework.signing import OpportunisticBatch, SignPlugin, sign
 from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
 
@@ -195,6 +196,75 @@ class Framework:
                     f"profile {spec.scheduler_name}: score plugin {name} weight must be > 0"
                 )
         self.refresh_plans()
+        # OpportunisticBatching: signatures only when every PreFilter, Filter, PreScore
+        # and Score plugin can sign (see kscheduler.framework.signing)
+        self.sign_plugins: list[SignPlugin] = []
+        self.unsignable_plugins: list[str] = []
+        for p in [
+            *self.pre_filter_plugins,
+            *self.filter_plugins,
+            *self.pre_score_plugins,
+            *self.score_plugins,
+        ]:
+            if p in self.sign_plugins or p.name in self.unsignable_plugins:
+                continue
+            if isinstance(p, SignPlugin):
+                self.sign_plugins.append(p)
+            else:
+                self.unsignable_plugins.append(p.name)
+        self.signatures_enabled = not self.unsignable_plugins
+        self.batch = OpportunisticBatch(self)
+
+    def sign_pod(self, pod: PodInfo) -> bytes | None:
+        """The pod's signature in this profile, or None (it cannot be signed)."""
+        if not self.signatures_enabled:
+            return None
+        signature, _ = sign(self.profile_name, self.sign_plugins, pod)
+        return signature
+
+    def node_info(self, name: str) -> NodeInfo | None:
+        return self._snapshot.get(name)
+
+    def rescore(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        cached: Sequence[Mapping[str, int]],
+    ) -> tuple[list[tuple[dict[str, int], int]], Status | None]:
+        """For the batch: PreScore over ``nodes``, the raw scores of the last node, and
+        every plugin's raw scores (``cached`` for the other nodes) normalised together
+        and weighted. Per node: (raw scores, weighted total), in the order of ``nodes``."""
+        st = self.run_pre_score(state, pod, nodes)
+        if st is not None:
+            return [], st
+        last = nodes[-1]
+        raws: list[dict[str, int]] = [dict(c) for c in cached] + [{}]
+        totals = [0] * len(nodes)
+        names = [ni.name for ni in nodes]
+        for p, _, normalizes, fast_normalize, w in self._score_plan:
+            if p.name in state.skip_score_plugins:
+                continue
+            try:
+                s, st = p.score(state, pod, last)
+                if st is not None and st.code != Code.SUCCESS:
+                    return [], st.with_plugin(p.name)
+                raws[-1][p.name] = s
+                ints = [r.get(p.name, 0) for r in raws]
+                if fast_normalize is not None:
+                    ints, st = fast_normalize(state, pod, ints)
+                    if st is not None and st.code != Code.SUCCESS:
+                        return [], st.with_plugin(p.name)
+                elif normalizes:
+                    scores = [NodeScore(n, v) for n, v in zip(names, ints, strict=True)]
+                    st = p.normalize_score(state, pod, scores)  # type: ignore[attr-defined]
+                    if st is not None and st.code != Code.SUCCESS:
+                        return [], st.with_plugin(p.name)
+                    ints = [ns.score for ns in scores]
+            except Exception as exc:
+                return [], Status.as_error(exc, p.name)
+            totals = [t + v * w for t, v in zip(totals, ints, strict=True)]
+        return list(zip(raws, totals, strict=True)), None
 
     def refresh_plans(self) -> None:
         """Work out once the bound methods the hot loops call (again after replacing
@@ -492,7 +562,9 @@ class Framework:
                 final = Status.as_error(exc, p.name)
                 break
             if st is None or st.code == Code.SUCCESS:
-                result, final = r, None
+                # a success may carry a message (preemption's), which the pod's
+                # FailedScheduling text then ends with
+                result, final = r, st
                 break
             if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                 result, final = r, st.with_plugin(p.name)
@@ -527,18 +599,24 @@ class Framework:
         return status
 
     def run_score(
-        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        *,
+        keep_raw: dict[str, tuple[list[int], list[int]]] | None = None,
     ) -> tuple[dict[str, list[int]], Status | None]:
         """Per plugin: normalised, weighted scores, plain ints in the order of ``nodes``.
 
         NodeScore objects are built only for the plugins that normalise. When
         ``state.record`` is set it also writes, under the state key
-        ``"RecordScores"``, plugin -> (raw scores, normalized scores) in that order.
+        ``"RecordScores"``, plugin -> (raw scores, normalized scores) in that order;
+        ``keep_raw``, when given, receives the same.
         """
         t0 = time.perf_counter()
         out: dict[str, list[int]] = {}
         skip = state.skip_score_plugins
-        record: dict[str, tuple[list[int], list[int]]] | None = None
+        record: dict[str, tuple[list[int], list[int]]] | None = keep_raw
         if state.record:
             record = {}
             state.write("RecordScores", record)

@@ -28,8 +28,10 @@ from kscheduler.framework import (
     PluginEntry,
     PodInfo,
     Status,
+    signing,
 )
 from kscheduler.framework.args import ConfigError, Fields
+from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeResourcesBalancedAllocation"
 PRE_SCORE_KEY = "PreScore" + NAME
@@ -153,6 +155,12 @@ class NodeResourcesBalancedAllocation:
     def __init__(self, args: BalancedAllocationArgs) -> None:
         self.args = args
         self._names = tuple(r.name for r in args.resources)
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's effective requests (OpportunisticBatching)."""
+        r = pod.requests
+        value = [r.milli_cpu, r.memory, r.ephemeral_storage, sorted(r.scalar.items())]
+        return [SignFragment(signing.RESOURCES, value)], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeResourcesBalancedAllocation:

@@ -21,7 +21,9 @@ from kscheduler.framework import (
     PluginEntry,
     PodInfo,
     Status,
+    signing,
 )
+from kscheduler.framework.signing import SignFragment
 
 NAME = "ImageLocality"
 
@@ -82,6 +84,11 @@ class ImageLocality:
 
     def __init__(self, handle: Handle) -> None:
         self._handle = handle
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's normalized image names (OpportunisticBatching)."""
+        names = sorted({normalized_image_name(i) for i in pod.images})
+        return [SignFragment(signing.IMAGE_NAMES, names)], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> ImageLocality:

@@ -41,10 +41,12 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
 from kscheduler.framework.aggregate import Contribution, NodeAggregate, NodeAggregates
 from kscheduler.framework.args import Fields
 from kscheduler.framework.selectors import LabelSelector
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import AffinityTerm
 
 NAME = "InterPodAffinity"
@@ -325,6 +327,16 @@ class InterPodAffinity:
         self._existing: NodeAggregate[AffinityTerm, TopologyPair] = NodeAggregate()
         #: Pods matching an incoming pod's resolved terms, kept across cycles by terms.
         self._matching: NodeAggregates[str, str] = NodeAggregates()
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """Pods with pod affinity or anti-affinity cannot be signed; the others sign
+        their labels (another pod's terms may select them), unless existing pods'
+        preferred terms are ignored (OpportunisticBatching)."""
+        if signing.has_pod_affinity(pod):
+            return [], Status.unschedulable("pods with InterPodAffinity are not signable")
+        if self.args.ignore_preferred_terms_of_existing_pods:
+            return [], None
+        return [SignFragment(signing.LABELS, dict(pod.labels))], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> InterPodAffinity:

@@ -25,6 +25,7 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
 from kscheduler.framework.args import ConfigError, Fields
 from kscheduler.framework.helpers import default_normalize_ints, default_normalize_score
@@ -34,6 +35,7 @@ from kscheduler.framework.selectors import (
     SelectorError,
     parse_preferred_terms,
 )
+from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeAffinity"
 PRE_SCORE_KEY = "PreScore" + NAME
@@ -113,6 +115,13 @@ class NodeAffinity:
     def __init__(self, args: NodeAffinityArgs) -> None:
         self._added_required = args.added_required
         self._added_preferred = args.added_preferred
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's node affinity and node selector (OpportunisticBatching)."""
+        return [
+            SignFragment(signing.NODE_AFFINITY, signing.node_affinity(pod)),
+            SignFragment(signing.NODE_SELECTOR, signing.node_selector(pod)),
+        ], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeAffinity:

@@ -37,7 +37,9 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
+from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeDeclaredFeatures"
 PRE_FILTER_KEY = "PreFilter" + NAME
@@ -131,6 +133,12 @@ class NodeDeclaredFeatures:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeDeclaredFeatures:
         return cls()
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The features the pod requires (OpportunisticBatching)."""
+        spec = pod.raw.get("spec")
+        features = sorted(required_features(spec if isinstance(spec, dict) else {}))
+        return [SignFragment(signing.FEATURES, features)], None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

@@ -16,7 +16,9 @@ from kscheduler.framework import (
     PluginEntry,
     PodInfo,
     Status,
+    signing,
 )
+from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeName"
 ERR_REASON = "node(s) didn't match the requested node name"
@@ -28,6 +30,10 @@ class NodeName:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeName:
         return cls()
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """spec.nodeName (OpportunisticBatching)."""
+        return [SignFragment(signing.NODE_NAME, pod.node_name)], None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD))]

@@ -23,7 +23,9 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import HostPort
 
 NAME = "NodePorts"
@@ -48,6 +50,10 @@ class NodePorts:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodePorts:
         return cls()
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's host ports (OpportunisticBatching)."""
+        return [SignFragment(signing.HOST_PORTS, signing.host_ports(pod))], None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

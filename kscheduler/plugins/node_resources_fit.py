@@ -36,9 +36,11 @@ from kscheduler.framework import (
     QueueingHint,
     Resource,
     Status,
+    signing,
 )
 from kscheduler.framework.args import ConfigError, Fields
 from kscheduler.framework.helpers import filter_rejections
+from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeResourcesFit"
 PRE_FILTER_KEY = "PreFilter" + NAME
@@ -478,6 +480,12 @@ class NodeResourcesFit:
         self._ignored_groups = args.ignored_resource_groups
         self._names = tuple(r.name for r in args.scoring_strategy.resources)
         self._scorer = build_scorer(args.scoring_strategy)
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's effective requests (OpportunisticBatching)."""
+        r = pod.requests
+        value = [r.milli_cpu, r.memory, r.ephemeral_storage, sorted(r.scalar.items())]
+        return [SignFragment(signing.RESOURCES, value)], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeResourcesFit:

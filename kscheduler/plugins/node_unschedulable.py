@@ -20,8 +20,10 @@ from kscheduler.framework import (
     QueueingHint,
     Status,
     Taint,
+    signing,
 )
 from kscheduler.framework.helpers import filter_rejections
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import tolerates_taint
 
 NAME = "NodeUnschedulable"
@@ -38,6 +40,10 @@ class NodeUnschedulable:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeUnschedulable:
         return cls()
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's tolerations (OpportunisticBatching)."""
+        return [SignFragment(signing.TOLERATIONS, signing.tolerations(pod))], None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

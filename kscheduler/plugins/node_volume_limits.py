@@ -45,9 +45,11 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
 from kscheduler.framework.features import GATES
 from kscheduler.framework.interface import ObjectLister
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.storage import claim_storage_class, owned_by_pod
 
 NAME = "NodeVolumeLimits"
@@ -146,6 +148,10 @@ class NodeVolumeLimits:
         self._volume_limit_scaling = volume_limit_scaling
         #: Unbound claims get handles no real volume has.
         self._handle_prefix = secrets.token_hex(16)
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's volumes other than ConfigMaps and Secrets (OpportunisticBatching)."""
+        return [SignFragment(signing.VOLUMES, signing.volumes(pod))], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeVolumeLimits:

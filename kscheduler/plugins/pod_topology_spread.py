@@ -45,6 +45,7 @@ from kscheduler.framework import (
 from kscheduler.framework.aggregate import Contribution, NodeAggregates
 from kscheduler.framework.args import INT32_MAX, INT32_MIN, ConfigError, Fields
 from kscheduler.framework.selectors import LabelSelector, Requirement, SelectorError
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import tolerates_taint
 
 NAME = "PodTopologySpread"
@@ -584,6 +585,18 @@ class PodTopologySpread:
         )
         #: PreFilter's per-node counts kept across cycles, by namespace and constraints.
         self._aggregates: NodeAggregates[tuple[int, str], str] = NodeAggregates()
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """Pods with constraints cannot be signed, nor any pod while the profile has
+        default constraints (the system defaults too) (OpportunisticBatching)."""
+        spec = pod.raw.get("spec")
+        if isinstance(spec, dict) and spec.get("topologySpreadConstraints"):
+            return [], Status.unschedulable("pods with topology constraints are not signable")
+        if self.default_constraints:
+            return [], Status.unschedulable(
+                "pods with default topology constraints are not signable"
+            )
+        return [], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> PodTopologySpread:

@@ -26,12 +26,14 @@ from kscheduler.framework import (
     Status,
     Taint,
     Toleration,
+    signing,
 )
 from kscheduler.framework.helpers import (
     default_normalize_ints,
     default_normalize_score,
     filter_rejections,
 )
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import tolerates_taint
 
 NAME = "TaintToleration"
@@ -59,6 +61,10 @@ class TaintToleration:
     @classmethod
     def new(cls, args: Any, handle: Handle) -> TaintToleration:
         return cls()
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's tolerations (OpportunisticBatching)."""
+        return [SignFragment(signing.TOLERATIONS, signing.tolerations(pod))], None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

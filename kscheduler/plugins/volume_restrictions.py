@@ -35,8 +35,10 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
 from kscheduler.framework.interface import ObjectLister, SharedLister
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.storage import claim_names
 
 NAME = "VolumeRestrictions"
@@ -78,6 +80,10 @@ class VolumeRestrictions:
     def __init__(self, objects: ObjectLister, snapshot: SharedLister) -> None:
         self._objects = objects
         self._snapshot = snapshot
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's volumes other than ConfigMaps and Secrets (OpportunisticBatching)."""
+        return [SignFragment(signing.VOLUMES, signing.volumes(pod))], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> VolumeRestrictions:

@@ -33,8 +33,10 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
 from kscheduler.framework.interface import ObjectLister
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.storage import claim_names, claim_storage_class
 
 NAME = "VolumeZone"
@@ -77,6 +79,10 @@ class VolumeZone:
 
     def __init__(self, objects: ObjectLister) -> None:
         self._objects = objects
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's volumes other than ConfigMaps and Secrets (OpportunisticBatching)."""
+        return [SignFragment(signing.VOLUMES, signing.volumes(pod))], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> VolumeZone:

@@ -29,7 +29,7 @@ def test_parse(value: str, expected: dict[str, bool]) -> None:
     ("value", "message"),
     [
         ("Bogus=true", "unrecognized feature gate: Bogus"),
-        ("OpportunisticBatching=false", "feature gate OpportunisticBatching is not implemented"),
+        ("StorageCapacityScoring=false", "feature gate StorageCapacityScoring is not implemented"),
         ("GenericWorkload=true", "feature gate GenericWorkload is not implemented"),
         ("PodLevelResources", "missing bool value for PodLevelResources"),
         ("PodLevelResources=yes", "invalid value of PodLevelResources=yes"),
@@ -75,7 +75,7 @@ def test_configure_updates_in_place() -> None:
     ("flag", "named"),
     [
         ("--feature-gates=Bogus=true", "Bogus"),
-        ("--feature-gates=OpportunisticBatching=true", "OpportunisticBatching"),
+        ("--feature-gates=StorageCapacityScoring=true", "StorageCapacityScoring"),
         ("--feature-gates=NodeDeclaredFeatures=false", "NodeDeclaredFeatures"),
     ],
 )
