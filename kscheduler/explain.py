@@ -755,7 +755,7 @@ def _answer(ex: Explanation) -> list[str]:
 def _post_filter_lines(ex: Explanation) -> list[str]:
     names = ", ".join(ex.post_filter_plugins)
     st = ex.post_filter
-    if st is None:
+    if st is None or st.code == Code.SUCCESS:
         line = f"PostFilter ({names}, dry run) would make room"
         if ex.post_filter_nominated:
             line += f" on {ex.post_filter_nominated}"

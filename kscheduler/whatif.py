@@ -63,6 +63,7 @@ from kscheduler.explain import (
 )
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.parse import parse_pod
+from kscheduler.framework.status import Code
 from kscheduler.framework.types import PodInfo
 from kscheduler.kube import ApiError
 from kscheduler.manifests import (
@@ -358,10 +359,11 @@ class _Session:
         pl.best_total = ex.best_total
         if ex.fit_error:
             pl.fit_error = ex.fit_error
-            if ex.post_filter is None and ex.post_filter_nominated:
+            made_room = ex.post_filter is None or ex.post_filter.code == Code.SUCCESS
+            if made_room and ex.post_filter_nominated:
                 pl.node, pl.preempting = ex.post_filter_nominated, True
                 pl.evictions = ex.evictions
-            elif ex.post_filter is not None:
+            elif ex.post_filter is not None and not made_room:
                 pl.post_filter = ex.post_filter.message
             return
         pl.node = ex.would_choose or self.rng.choice(ex.best_nodes)

@@ -338,7 +338,8 @@ class DefaultPreemption:
     async def post_filter(
         self, state: CycleState, pod: PodInfo, statuses: NodeToStatus
     ) -> tuple[PostFilterResult | None, Status | None]:
-        """Success with the nominated node; Unschedulable (with an empty nomination when
+        """Success with the nominated node (and, as kube-scheduler 1.37, a message that the
+        pod's FailedScheduling text ends with); Unschedulable (with an empty nomination when
         no node can be made to fit, so that a stale one is cleared); Error."""
         result, status = await self._preempt(state, pod, statuses)
         if status is not None and status.message:
@@ -387,7 +388,14 @@ class DefaultPreemption:
                 self._prepare_in_background(best, pod, nominated),
                 name=f"preemption for {pod.key}",
             )
-        return PostFilterResult(nominated_node_name=best.node_name, victims=len(best.victims)), None
+        found = (
+            f"found a potential placement for pod on node {best.node_name}, "
+            f"preempting {len(best.victims)} victims"
+        )
+        return (
+            PostFilterResult(nominated_node_name=best.node_name, victims=len(best.victims)),
+            Status(Code.SUCCESS, [found]),
+        )
 
     def pod_eligible_to_preempt_others(
         self, pod: PodInfo, statuses: NodeToStatus
@@ -607,7 +615,8 @@ class DefaultPreemption:
             EVENT_REASON,
             EVENT_ACTION,
             f"Preempted by pod {preemptor.uid} on node {node_name}",
-            related=preemptor.raw,
+            # kube-scheduler 1.37 names no related object here: the preemptor it hands
+            # its recorder is a wrapper the recorder cannot reference, and it drops it
         )
 
 

@@ -125,8 +125,18 @@ async def etcd_compact(endpoint: str) -> int:
     return revision
 
 
+#: on the configmaps these tests make: the cluster's own (kube-root-ca.crt, which the
+#: controller-manager puts in every namespace) stay out of the informers under test
+OURS = "test=informers"
+
+
 def configmap(name: str, **data: str) -> JSON:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"test": "informers"}},
+        "data": data,
+    }
 
 
 CM_PATH = "/api/v1/namespaces/default/configmaps"
@@ -264,7 +274,7 @@ async def test_informer_lists_in_pages(kube: KubeClient, namespace: str) -> None
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     await asyncio.gather(*(kube.post_json(path, configmap(f"cm-{i}")) for i in range(25)))
     settings = InformerSettings(page_size=10)
-    inf = Informer(kube, path, settings=settings)
+    inf = Informer(kube, path, label_selector=OURS, settings=settings)
     async with running(inf):
         await asyncio.wait_for(inf.has_synced.wait(), 20)
     assert len(inf) == 25
@@ -317,7 +327,7 @@ async def _partitioned_relist(cp: ControlPlane, *, restart: bool) -> None:
         for name in ("stays", "victim", "edited"):
             await kube.post_json(CM_PATH, configmap(name, v="1"))
         net = Partition(kube)
-        inf = Informer(net, CM_PATH, settings=SETTINGS)
+        inf = Informer(net, CM_PATH, label_selector=OURS, settings=SETTINGS)
         rec = Recorder()
         inf.add_handler(rec)
         async with running(inf):

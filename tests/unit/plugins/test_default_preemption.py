@@ -147,6 +147,15 @@ class Env:
         return out
 
 
+def _success(st: Status | None) -> bool:
+    """A preemption that found its node succeeds with upstream's message."""
+    return (
+        st is not None
+        and st.code == Code.SUCCESS
+        and st.message.startswith("preemption: found a potential placement for pod on node ")
+    )
+
+
 def low(name: str, cpu: str, prio: int, **labels: str) -> PodBuilder:
     return pod(name).req(cpu=cpu).priority(prio).labels(**labels)
 
@@ -345,7 +354,11 @@ async def test_removes_all_then_reprieves_most_important_first() -> None:
         ]
     )
     res, st = await env.preempt(preemptor("2"))
-    assert st is None
+    assert st is not None and st.code == Code.SUCCESS
+    assert (
+        st.message
+        == "preemption: found a potential placement for pod on node n1, preempting 1 victims"
+    )
     assert _node(res) == "n1"
     # p3 comes back (3 free), p2 does not fit back (1 free), p1 does (2 free)
     assert [k for k, _, _ in env.client.deletions] == ["default/p2"]
@@ -356,7 +369,7 @@ async def test_pdb_violating_victims_are_reprieved_first() -> None:
     node_ = node("n1").alloc(cpu="2", pods=110).with_pods(*pods)
     env = Env([node_], pdbs=[pdb("guard", 0, app="g")])
     res, st = await env.preempt(preemptor("1"))
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
     assert [k for k, _, _ in env.client.deletions] == ["default/important"]
 
     # without the PDB, the more important pod is kept and the guarded one goes
@@ -419,7 +432,7 @@ async def test_pre_filter_state_follows_removed_victims() -> None:
         ]
     )
     res, st = await env.preempt(high)
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
     assert [k for k, _, _ in env.client.deletions] == ["default/x"]
 
 
@@ -461,7 +474,7 @@ async def test_terminating_for_another_reason_does_not_block() -> None:
     p = preemptor("1")
     p.nominated_node_name = "n1"
     res, st = await env.preempt(p)
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
     assert env.client.deletions == []  # already terminating: no second delete
 
 
@@ -478,7 +491,7 @@ async def test_unresolvable_nominated_node_makes_the_pod_eligible_again() -> Non
     p = preemptor("1")
     p.nominated_node_name = "n1"
     res, st = await env.preempt(p)
-    assert (_node(res), st) == ("n2", None)
+    assert (_node(res), _success(st)) == ("n2", True)
 
 
 # ---- failures and messages -----------------------------------------------------------------
@@ -577,7 +590,7 @@ async def test_dry_run_starts_at_the_random_offset_and_stops_at_enough_candidate
     rng = FixedRng(offset)
     env.plugin.rng = rng
     res, st = await env.preempt(preemptor("1"))
-    assert st is None
+    assert st is not None and st.code == Code.SUCCESS
     assert rng.calls == [4]
     # node order is the snapshot's; all four tie, the first dry-run one is chosen
     order = [ni.name for ni in env.snap.node_infos()]
@@ -613,7 +626,7 @@ async def test_victims_deleted_events_recorded_and_lower_nominations_cleared() -
     )
     p = preemptor("3")  # with the higher-priority nominated pod, the node is full
     res, st = await env.preempt(p)
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
     assert sorted(k for k, _, _ in env.client.deletions) == ["default/v1", "default/v2"]
     assert sorted(env.recorder.events) == [
         (f"default/{v}", "Normal", "Preempted", f"Preempted by pod {p.uid} on node n1")
@@ -634,7 +647,7 @@ async def test_waiting_victim_is_rejected_not_deleted() -> None:
     entry = WaitingPodEntry(waiting.with_node("n1"), {"SomePermit": 60.0})
     env.fwk.waiting_pods[waiting.uid] = entry
     res, st = await env.preempt(preemptor("1"))
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
     assert env.client.deletions == []
     verdict = await entry.wait()
     assert verdict is not None
@@ -649,7 +662,7 @@ async def test_waiting_victim_is_rejected_not_deleted() -> None:
 async def test_victim_already_gone_gets_no_event() -> None:
     env = Env([n4("n1", low("gone", "4", 1).build())], missing=["default/gone"])
     res, st = await env.preempt(preemptor("1"))
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
     assert env.recorder.events == []
 
 
@@ -677,12 +690,12 @@ async def test_preempt_extenders_narrow_candidates_and_choose_victims() -> None:
 
     env = two_candidates()
     res, st = await env.preempt(preemptor("2"))
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
 
     env = two_candidates()
     env.fwk.set_preemption_extenders(only_n2)
     res, st = await env.preempt(preemptor("2"))
-    assert (_node(res), st) == ("n2", None)
+    assert (_node(res), _success(st)) == ("n2", True)
     assert seen == [{"n1": ["a"], "n2": ["b"]}]
     assert [k for k, _, _ in env.client.deletions] == ["default/b"]
 
@@ -716,7 +729,7 @@ async def test_evictions_run_in_the_background_while_the_preemptor_waits() -> No
     p = preemptor("2")
     assert env.plugin.pre_enqueue(p) is None
     res, st = await env.preempt(p, wait=False)
-    assert (_node(res), st) == ("n1", None)
+    assert (_node(res), _success(st)) == ("n1", True)
     assert env.client.deletions == []  # not yet: PostFilter did not wait for them
     gate = env.plugin.pre_enqueue(p)
     assert gate is not None and gate.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
@@ -740,5 +753,5 @@ async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     env.client.delete_pod = refuse  # type: ignore[method-assign]
     p = preemptor("2")
     res, st = await env.preempt(p)
-    assert (_node(res), st) == ("n1", None)  # the nomination stands
+    assert (_node(res), _success(st)) == ("n1", True)  # the nomination stands
     assert (activated, released) == ([p.uid], [])
