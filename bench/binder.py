@@ -137,16 +137,33 @@ class Binder:
             pod = await self.queue.get()
             meta = pod["metadata"]
             node = next(self.nodes)
-            path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding"
-            try:
-                await self.api.post(path, binding(pod, node))
-                await self.api.post(
-                    f"/apis/events.k8s.io/v1/namespaces/{meta['namespace']}/events",
-                    scheduled_event(pod, node, self.scheduler),
-                )
+            ns = meta["namespace"]
+            bind_path = f"/api/v1/namespaces/{ns}/pods/{meta['name']}/binding"
+            events_path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+            bound = await self._retrying(bind_path, binding(pod, node))
+            if bound and await self._retrying(
+                events_path, scheduled_event(pod, node, self.scheduler)
+            ):
                 self.bound += 1
-            except ApiError:
-                self.failed += 1
+
+    async def _retrying(self, path: str, body: dict[str, Any]) -> bool:
+        """POST until it succeeds; a refusal that another try cannot change (a pod
+        gone or bound already) ends it. A busy apiserver's 429/5xx and timeouts are
+        tried again, as a scheduler's bind would be."""
+        for attempt in range(1, 31):
+            try:
+                await self.api.post(path, body)
+                return True
+            except ApiError as exc:
+                if exc.status < 429:
+                    print(f"bench.binder: {exc}", file=sys.stderr, flush=True)
+                    self.failed += 1
+                    return False
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(min(0.1 * attempt, 2.0))
+        self.failed += 1
+        return False
 
 
 async def amain(args: argparse.Namespace) -> int:
