@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +114,56 @@ def test_audit_counts_once_per_request_from_an_offset(tmp_path: Path) -> None:
     assert agents == {"kube-scheduler/v1.37.2": 4}
     assert offset == log.stat().st_size - len('{"stage": "Resp')
     assert "system:kube-scheduler" in audit_policy() and "level: None" in audit_policy()
+
+
+def test_binder_writes_what_kube_scheduler_writes() -> None:
+    from bench.binder import binding, scheduled_event
+
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "3"}}
+    b = binding(pod, "n1")
+    assert b["kind"] == "Binding" and b["target"] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": "n1",
+    }
+    ev = scheduled_event(pod, "n1", "bench-binder")
+    assert (ev["reason"], ev["action"], ev["type"]) == ("Scheduled", "Binding", "Normal")
+    assert ev["note"] == "Successfully assigned ns/p to n1"
+    assert ev["regarding"]["uid"] == "u" and ev["reportingController"] == "bench-binder"
+
+
+def _run(scheduler: str, avg: float, cpu_ms: float, pair: int = 0) -> Any:
+    from bench.run import RunResult
+
+    r = RunResult("W", scheduler, "unthrottled", 5000.0, 5000, 10, 0, 100, cpu_mode="pinned")
+    r.pair = pair
+    r.bound = r.scheduled_events = 100
+    r.complete = True
+    r.throughput = {"Average": avg, "Perc50": avg, "Perc90": avg, "Perc99": avg}
+    r.window_pods_per_second = avg
+    r.cpu_ms_per_pod = cpu_ms
+    return r
+
+
+def test_summary_gives_median_spread_and_fraction_of_the_ceiling() -> None:
+    from bench.run import markdown, summarize
+
+    runs = [
+        _run("kube-scheduler", 40.0, 4.0, 0),
+        _run("kscheduler", 60.0, 3.0, 0),
+        _run("kscheduler", 80.0, 2.0, 1),
+        _run("kube-scheduler", 50.0, 5.0, 1),
+        _run("ceiling", 100.0, 1.0, 0),
+    ]
+    (row,) = summarize(runs)
+    ks = row["schedulers"]["kscheduler"]
+    assert ks["average"]["median"] == 70.0 and (ks["average"]["min"], ks["average"]["max"]) == (
+        60.0,
+        80.0,
+    )
+    assert ks["of_ceiling"]["average"] == 0.7
+    assert row["schedulers"]["kube-scheduler"]["of_ceiling"]["average"] == 0.45
+    assert row["ratios"]["kscheduler"]["average"] == 70.0 / 45.0
+    assert row["ratios"]["kscheduler"]["cpu_ms_per_pod"] == 2.5 / 4.5
+    table = markdown([row])
+    assert "| 70 [60-80] |" in table and "| 70% |" in table
