@@ -90,6 +90,7 @@ from kscheduler.framework.dra import (
     allocated_devices,
 )
 from kscheduler.framework.selectors import NodeSelector, SelectorError
+from kscheduler.framework.signing import SignFragment
 
 NAME = "DynamicResources"
 STATE_KEY = "PreFilter" + NAME
@@ -293,6 +294,12 @@ class DynamicResources:
         return None
 
     # ---- PreFilter ---------------------------------------------------------------------
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """Pods with claims have no signature (OpportunisticBatching); others add nothing."""
+        if pod.spec.get("resourceClaims"):
+            return [], Status.unschedulable("pods with dra resource claims are not signable")
+        return [], None
+
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status | None]:

@@ -72,6 +72,7 @@ from kscheduler.framework import (
     PreFilterResult,
     QueueingHint,
     Status,
+    signing,
 )
 from kscheduler.framework.args import ConfigError, Fields
 from kscheduler.framework.interface import ClusterClient, ObjectLister, SharedLister
@@ -82,6 +83,7 @@ from kscheduler.framework.selectors import (
     SelectorError,
     parse_node_selector_term,
 )
+from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.storage import ANN_BETA_STORAGE_CLASS, owned_by_pod
 
 NAME = "VolumeBinding"
@@ -343,6 +345,10 @@ class VolumeBinding:
         for kind in (PVCS, PVS, STORAGE_CLASSES, CSI_DRIVERS, CAPACITIES):
             handle.objects.list(kind)  # start the informers before sync
         return cls(handle.objects, handle.snapshot, handle.client, args)
+
+    def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
+        """The pod's volumes other than ConfigMaps and Secrets (OpportunisticBatching)."""
+        return [SignFragment(signing.VOLUMES, signing.volumes(pod))], None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         add_update = ActionType.ADD | ActionType.UPDATE

@@ -74,13 +74,14 @@ def test_gate_is_known_and_on() -> None:
     )
 
 
-def test_default_profile_signs_nothing_without_every_plugin() -> None:
+def test_default_profile_signs_nothing() -> None:
     from kscheduler.app import profile_specs
     from kscheduler.plugins import full_registry
 
     cfg = load_config("", registry=full_registry())
     spec = profile_specs(cfg)[0]
-    # the plugins of the default profile without sign_pod switch signatures off
+    # every plugin of the default profile signs, but PodTopologySpread refuses every pod
+    # of a profile with default constraints (the system defaults), as upstream
     registry = full_registry()
     from tests.unit.fakes import FakeClient, FakeObjects, FakeRecorder
 
@@ -92,7 +93,7 @@ def test_default_profile_signs_nothing_without_every_plugin() -> None:
         client=FakeClient(),
         recorder=FakeRecorder(),
     )
-    assert prof.unsignable_plugins  # VolumeBinding and DynamicResources
+    assert not prof.unsignable_plugins
     assert prof.sign_pod(pod("p").req(cpu="1").build()) is None
 
 
