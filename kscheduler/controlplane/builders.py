@@ -316,8 +316,8 @@ async def create_namespace(
     """
     try:
         ns: JSON = await api.post("/api/v1/namespaces", make_namespace(name, labels))
-    except ApiError as exc:
-        if exc.status != 409 or not exist_ok:
+    except Exception as exc:  # this module's ApiError, or kscheduler.kube's
+        if getattr(exc, "status", None) != 409 or not exist_ok:
             raise
         ns = await api.get(f"/api/v1/namespaces/{name}")
     await wait_for_service_account(api, name, timeout=timeout)
@@ -334,8 +334,8 @@ async def wait_for_service_account(
         try:
             await api.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
             return
-        except ApiError as exc:
-            if exc.status != 404:
+        except Exception as exc:  # this module's ApiError, or kscheduler.kube's
+            if getattr(exc, "status", None) != 404:
                 raise
         if time.monotonic() > deadline:
             raise TimeoutError(
