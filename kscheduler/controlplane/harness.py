@@ -368,11 +368,17 @@ class ControlPlane:
         keep_workdir: bool | None = None,
         start_timeout: float = 90.0,
         controllers: bool = True,
+        node_lease_seconds: int = 40,
     ) -> None:
         """users: extra token identities, user name -> groups (tokens in ``self.tokens``).
 
         keep_workdir (default: $KSCHEDULER_KEEP_CONTROLPLANE set and not "0") keeps
         the logs, kubeconfigs and etcd data after stop().
+
+        node_lease_seconds: the node Leases' duration; kwok renews each a quarter of
+        it apart, as a kubelet does (the default is the kubelet's 40 s: 5000 nodes
+        then write 500 Lease updates a second). The node lifecycle controller's
+        grace period follows it, so that no node is ever marked unreachable.
         """
         self.binaries = binaries or find_control_plane()
         self.extra_apiserver_args = list(extra_apiserver_args)
@@ -383,6 +389,7 @@ class ControlPlane:
         self.keep_workdir = keep_workdir
         self.start_timeout = start_timeout
         self.controllers = controllers
+        self.node_lease_seconds = node_lease_seconds
         self.admin_token = secrets.token_hex(16)
         self.scheduler_token = secrets.token_hex(16)
         self.tokens: dict[str, str] = {
@@ -709,6 +716,8 @@ class ControlPlane:
             # thousands of nodes; the defaults (20/30) throttle bulk test set-ups
             "--kube-api-qps=200",
             "--kube-api-burst=400",
+            # the default is 50 s for 40 s Leases: keep that margin for longer ones
+            f"--node-monitor-grace-period={max(50, self.node_lease_seconds + 10)}s",
             "--v=1",
         ]
         stages = sorted(
@@ -723,8 +732,9 @@ class ControlPlane:
             f"--cidr={POD_CIDR}",
             f"--node-ip={LOOPBACK}",
             f"--server-address={LOOPBACK}:{self._kwok_port}",
-            # a kubelet's default: the node lifecycle controller sees the Lease renewed
-            "--node-lease-duration-seconds=40",
+            # 40 s is a kubelet's default: the node lifecycle controller sees each
+            # Lease renewed every 10 s
+            f"--node-lease-duration-seconds={self.node_lease_seconds}",
             *(f"--config={p}" for p in [*stages, pod_delete]),
         ]
         self._controller_manager = ManagedProcess(
