@@ -35,7 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for cp in _started:
         terminalreporter.write_line(
-            f"cluster (etcd, kube-apiserver, kube-controller-manager, kwok) ready in {cp.startup_seconds or 0:.2f}s "
+            "cluster (etcd, kube-apiserver, kube-controller-manager, kwok) ready in "
+            f"{cp.startup_seconds or 0:.2f}s "
             f"(binaries from {cp.binaries.source}: {cp.binaries.kube_apiserver.parent})"
         )
 
