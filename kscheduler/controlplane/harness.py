@@ -58,8 +58,10 @@ POD_CIDR = "10.244.0.0/16"
 # Controllers a real cluster runs; no IPAM (kwok hands out pod IPs) and no
 # attach/detach (no volume is ever attached).
 CONTROLLERS = "*,-nodeipam,-attachdetach"
-# Annotation on a pod: milliseconds kwok waits, once the pod is being deleted,
-# before it removes it (0 when absent), the window a kubelet's graceful stop gives.
+# Annotation on a pod: how long kwok waits, once the pod is being deleted, before it
+# removes it, as a Go duration ("10s") or an RFC 3339 time (none when absent; a bare
+# number is not a duration and means none too): the window a kubelet's graceful stop
+# gives.
 POD_DELETE_DELAY_ANNOTATION = "pod-delete.stage.kwok.x-k8s.io/delay"
 # kwok's pod deletion: right away, or after the pod's delay annotation.
 _KWOK_POD_DELETE_STAGE = f"""apiVersion: kwok.x-k8s.io/v1alpha1
