@@ -29,24 +29,37 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 
 WORKDIR /src
+
+# With the ca-bundle secret, pip trusts it in the steps that download (PIP_CERT).
+# 1. An empty virtualenv (no pip, no setuptools), and kscheduler's dependencies, as
+#    pyproject.toml lists them, installed into it with the base image's pip: binary wheels
+#    only (every dependency publishes manylinux wheels; the final stage could not build
+#    anything anyway). This layer depends on pyproject.toml alone, so a change of the
+#    source reuses it and downloads nothing but the wheel's build requirements.
+# 2. kscheduler's wheel, installed into the virtualenv (its dependencies are there).
+# Both compile bytecode now, hash-based and unchecked, so it stays valid whatever the
+# file times become and nothing is compiled at run time.
+COPY pyproject.toml ./
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+ && python -m venv --without-pip /opt/venv \
+ && python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+      >/tmp/requirements.txt \
+ && python -m pip --python /opt/venv/bin/python install --no-compile --only-binary=:all: \
+      -r /tmp/requirements.txt \
+ && python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/venv/lib
+
 # Only what the wheel is built from (see .dockerignore): pyproject.toml names README.md
 # as the long description, so the build needs it.
-COPY pyproject.toml README.md ./
+COPY README.md ./
 COPY kscheduler ./kscheduler
-
-# With the ca-bundle secret, pip trusts it for this step (PIP_CERT). 1. build kscheduler's
-# wheel; 2. an empty virtualenv (no pip, no setuptools);
-# 3. install the wheel and its dependencies into it with the base image's pip, binary
-#    wheels only (every dependency publishes manylinux wheels; the final stage could not
-#    build anything anyway); 4. compile all bytecode now, hash-based and unchecked, so it
-#    stays valid whatever the file times become and nothing is compiled at run time.
 RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
  && python -m pip wheel --no-deps --wheel-dir /wheels . \
- && python -m venv --without-pip /opt/venv \
  && python -m pip --python /opt/venv/bin/python install --no-compile --only-binary=:all: \
       /wheels/kscheduler-*.whl \
- && python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/venv/lib \
+ && python -m compileall -q -j 0 --invalidation-mode unchecked-hash \
+      /opt/venv/lib/python3*/site-packages/kscheduler \
  && /opt/venv/bin/kscheduler --version
 
 # ---------------------------------------------------------------------------- runtime

@@ -211,4 +211,8 @@ def kscheduler_image(docker: Docker) -> str:
         "DOCKER_BUILD_FLAGS=--network=host",
     )
     docker.timings["image build"] = time.monotonic() - start
+    # the images of earlier trees are untagged (the layers this one shares stay)
+    for other in docker.cmd("images", "--format", "{{.Repository}}:{{.Tag}}", "kscheduler").split():
+        if other.startswith("kscheduler:test-") and other != tag:
+            docker.cmd("rmi", other, check=False)
     return tag

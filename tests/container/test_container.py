@@ -194,12 +194,16 @@ async def probe_loop(http: aiohttp.ClientSession, r: Replica) -> None:
     )
 
 
+def deployment_pod_spec() -> dict[str, Any]:
+    deployment = next(m.obj for m in manifests() if m.kind == "Deployment")
+    return dict(deployment["spec"]["template"]["spec"])
+
+
 def deployment_run_args(
     image: str, name: str, port: int, config_dir: Path, sa_dir: Path, apiserver_port: int
 ) -> list[str]:
     """`docker run` for one replica, from deploy/deployment.yaml's pod template."""
-    deployment = next(m.obj for m in manifests() if m.kind == "Deployment")
-    pod = deployment["spec"]["template"]["spec"]
+    pod = deployment_pod_spec()
     c = container()
     sc, psc = c["securityContext"], pod["securityContext"]
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
@@ -345,6 +349,8 @@ def prometheus_targets(replicas: list[Replica]) -> list[JSON]:
 # ---------------------------------------------------------------------------- the test
 
 
+# A fresh machine builds the base (debootstrap) and the image in this test's setup.
+@pytest.mark.timeout(1800)
 async def test_two_replicas_in_containers(
     control_plane: ControlPlane,
     rest: RestClient,
@@ -582,8 +588,12 @@ async def test_two_replicas_in_containers(
         for t in standby.tasks:  # the kubelet stops probing a terminating container
             t.cancel()
         stopped_at = time.monotonic()
+        # the kubelet's SIGTERM, then SIGKILL after the pod's grace period
+        grace = deployment_pod_spec()["terminationGracePeriodSeconds"]
         stop = asyncio.create_task(
-            asyncio.to_thread(docker.cmd, "stop", "--time", "30", standby.name, timeout=60)
+            asyncio.to_thread(
+                docker.cmd, "stop", "--time", str(grace), standby.name, timeout=grace + 30
+            )
         )
         c_id = c.identity(docker)
 
