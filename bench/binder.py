@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import signal
 import socket
 import sys
 import time
@@ -79,6 +80,7 @@ class Binder:
         self.nodes: itertools.cycle[str] = itertools.cycle([""])
         self.bound = 0
         self.failed = 0
+        self.last_added = time.monotonic()
 
     def _selector(self) -> str:
         return f"spec.schedulerName={self.scheduler},spec.nodeName="
@@ -94,6 +96,10 @@ class Binder:
         if not names:
             raise SystemExit("bench.binder: the cluster has no nodes")
         self.nodes = itertools.cycle(names)
+        return await self.list_pending()
+
+    async def list_pending(self) -> str:
+        """Offer every pending pod of the namespace; the list's resourceVersion."""
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         page = await self.api.get(path, {"fieldSelector": self._selector()})
         for pod in page.get("items", []):
@@ -125,12 +131,23 @@ class Binder:
                             obj = event.get("object") or {}
                             rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                             if event.get("type") == "ADDED":
+                                self.last_added = time.monotonic()
                                 self._offer(obj)
                             elif event.get("type") == "ERROR":
                                 raise ApiError("WATCH", url, 410, obj)
             except (ApiError, aiohttp.ClientError, ValueError):
                 await asyncio.sleep(0.2)
-                rv = await self.prepare()
+                rv = await self.list_pending()
+
+    async def resync(self, idle: float = 3.0) -> None:
+        """List the pending pods again once the watch has reported nothing new for
+        ``idle`` seconds: a pod a watch never reported (a stream cut without an
+        error) is bound all the same, at no cost while pods keep coming."""
+        while True:
+            await asyncio.sleep(1.0)
+            if time.monotonic() - self.last_added >= idle:
+                with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError):
+                    await self.list_pending()
 
     async def worker(self) -> None:
         while True:
@@ -155,12 +172,14 @@ class Binder:
                 await self.api.post(path, body)
                 return True
             except ApiError as exc:
-                if exc.status < 429:
+                if exc.status >= 429:
+                    print(f"bench.binder: {exc}, trying again", file=sys.stderr, flush=True)
+                else:
                     print(f"bench.binder: {exc}", file=sys.stderr, flush=True)
                     self.failed += 1
                     return False
-            except (aiohttp.ClientError, TimeoutError):
-                pass
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                print(f"bench.binder: {path}: {exc!r}, trying again", file=sys.stderr, flush=True)
             await asyncio.sleep(min(0.1 * attempt, 2.0))
         self.failed += 1
         return False
@@ -172,7 +191,7 @@ async def amain(args: argparse.Namespace) -> int:
     binder = Binder(api, args.scheduler_name, args.namespace, args.concurrency)
     try:
         rv = await binder.prepare()
-        tasks = [asyncio.create_task(binder.watch(rv))]
+        tasks = [asyncio.create_task(binder.watch(rv)), asyncio.create_task(binder.resync())]
         tasks += [asyncio.create_task(binder.worker()) for _ in range(args.concurrency)]
         await asyncio.to_thread(Path(args.ready_file).write_text, "ready\n")
         print("bench.binder ready", flush=True)
@@ -195,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.concurrency < 1:
         p.error("--concurrency: must be at least 1")
+    # stop at once when told to: nothing here needs cleaning up
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     try:
         import uvloop
 
