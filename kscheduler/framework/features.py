@@ -20,6 +20,7 @@ NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
 SCHEDULER_ASYNC_PREEMPTION = "SchedulerAsyncPreemption"
 VOLUME_LIMIT_SCALING = "VolumeLimitScaling"
 OPPORTUNISTIC_BATCHING = "OpportunisticBatching"
+STORAGE_CAPACITY_SCORING = "StorageCapacityScoring"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ KNOWN: Mapping[str, GateSpec] = {
     SCHEDULER_ASYNC_PREEMPTION: GateSpec(True, "BETA", locked=True),
     VOLUME_LIMIT_SCALING: GateSpec(True, "BETA"),
     OPPORTUNISTIC_BATCHING: GateSpec(True, "BETA"),
+    STORAGE_CAPACITY_SCORING: GateSpec(True, "BETA"),
 }
 
 
@@ -51,7 +53,6 @@ KNOWN: Mapping[str, GateSpec] = {
 NOT_IMPLEMENTED = frozenset(
     {
         "GenericWorkload",
-        "StorageCapacityScoring",
         "InPlacePodVerticalScaling",
         "InPlacePodLevelResourcesVerticalScaling",
         "InPlacePodVerticalScalingSchedulerPreemption",
@@ -92,6 +93,7 @@ class FeatureGates:
     node_declared_features: bool = True
     volume_limit_scaling: bool = True
     opportunistic_batching: bool = True
+    storage_capacity_scoring: bool = True
 
     def enabled(self, name: str) -> bool:
         return {
@@ -101,6 +103,7 @@ class FeatureGates:
             NODE_DECLARED_FEATURES: self.node_declared_features,
             VOLUME_LIMIT_SCALING: self.volume_limit_scaling,
             OPPORTUNISTIC_BATCHING: self.opportunistic_batching,
+            STORAGE_CAPACITY_SCORING: self.storage_capacity_scoring,
         }.get(name, KNOWN[name].default if name in KNOWN else False)
 
 
@@ -169,6 +172,7 @@ def gates_from(settings: Mapping[str, bool]) -> FeatureGates:
         node_declared_features=get(NODE_DECLARED_FEATURES),
         volume_limit_scaling=get(VOLUME_LIMIT_SCALING),
         opportunistic_batching=get(OPPORTUNISTIC_BATCHING),
+        storage_capacity_scoring=get(STORAGE_CAPACITY_SCORING),
     )
 
 

@@ -40,6 +40,13 @@ from kscheduler.framework import (
 )
 from kscheduler.framework.args import ConfigError, Fields
 from kscheduler.framework.helpers import filter_rejections
+from kscheduler.framework.shape import (
+    MAX_CUSTOM_PRIORITY_SCORE,
+    MAX_UTILIZATION,
+    UtilizationShapePoint,
+    broken_linear,
+    parse_shape,
+)
 from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeResourcesFit"
@@ -52,8 +59,6 @@ REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
 
 #: Shape scores are given in 0..10 and scaled to the node score range.
-MAX_CUSTOM_PRIORITY_SCORE = 10
-MAX_UTILIZATION = 100
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -67,14 +72,6 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 class ResourceSpec:
     name: str
     weight: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class UtilizationShapePoint:
-    #: Utilization in percent, 0..100.
-    utilization: int
-    #: Score at that utilization, 0..10.
-    score: int
 
 
 DEFAULT_RESOURCES = (ResourceSpec(CPU, 1), ResourceSpec(MEMORY, 1))
@@ -136,34 +133,6 @@ def parse_resource_specs(
     return out
 
 
-def _parse_shape(f: Fields) -> tuple[UtilizationShapePoint, ...]:
-    items = f.objects("shape")
-    path = f.child("shape")
-    if not items:
-        raise ConfigError(path, "at least one point must be specified")
-    points = []
-    for p in items:
-        u = p.integer("utilization", 0, minimum=-(2**31), maximum=2**31 - 1)
-        s = p.integer("score", 0, minimum=-(2**31), maximum=2**31 - 1)
-        p.done()
-        points.append(UtilizationShapePoint(u, s))
-    for i in range(1, len(points)):
-        if points[i - 1].utilization >= points[i].utilization:
-            raise ConfigError(
-                f"{path}[{i}].utilization", "values must be sorted in increasing order"
-            )
-    for i, pt in enumerate(points):
-        if not 0 <= pt.utilization <= MAX_UTILIZATION:
-            raise ConfigError(
-                f"{path}[{i}].utilization", f"not in valid range [0, {MAX_UTILIZATION}]"
-            )
-        if not 0 <= pt.score <= MAX_CUSTOM_PRIORITY_SCORE:
-            raise ConfigError(
-                f"{path}[{i}].score", f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]"
-            )
-    return tuple(points)
-
-
 def parse_args(raw: Mapping[str, Any]) -> NodeResourcesFitArgs:
     """NodeResourcesFitArgs with kube-scheduler's defaults and validation."""
     f = Fields(raw)
@@ -206,7 +175,7 @@ def parse_args(raw: Mapping[str, Any]) -> NodeResourcesFitArgs:
                     "requestedToCapacityRatio",
                     "must be specified when type is RequestedToCapacityRatio",
                 )
-            shape = _parse_shape(rtcr)
+            shape = parse_shape(rtcr)
             rtcr.done()
         elif rtcr is not None:
             raise ss.error(
@@ -382,21 +351,6 @@ def _weighted(per_resource: Callable[[int, int], int], weights: Sequence[int]) -
         return total // weight_sum if weight_sum else 0
 
     return scorer
-
-
-def broken_linear(points: Sequence[tuple[int, int]]) -> Callable[[int], int]:
-    """Piecewise linear through (utilization, score) points, flat outside them."""
-
-    def f(p: int) -> int:
-        for i, (u, s) in enumerate(points):
-            if p <= u:
-                if i == 0:
-                    return s
-                u0, s0 = points[i - 1]
-                return s0 + _go_div((s - s0) * (p - u0), u - u0)
-        return points[-1][1]
-
-    return f
 
 
 def requested_to_capacity_ratio_scorer(

@@ -54,11 +54,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kscheduler.framework import (
+    MAX_NODE_SCORE,
     ActionType,
     ClusterEvent,
     ClusterEventWithHint,
@@ -75,6 +77,7 @@ from kscheduler.framework import (
     signing,
 )
 from kscheduler.framework.args import ConfigError, Fields
+from kscheduler.framework.features import GATES, STORAGE_CAPACITY_SCORING
 from kscheduler.framework.interface import ClusterClient, ObjectLister, SharedLister
 from kscheduler.framework.quantity import QuantityError, parse_quantity
 from kscheduler.framework.selectors import (
@@ -82,6 +85,13 @@ from kscheduler.framework.selectors import (
     NodeSelectorTerm,
     SelectorError,
     parse_node_selector_term,
+)
+from kscheduler.framework.shape import (
+    MAX_CUSTOM_PRIORITY_SCORE,
+    MAX_UTILIZATION,
+    UtilizationShapePoint,
+    broken_linear,
+    parse_shape,
 )
 from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.storage import ANN_BETA_STORAGE_CLASS, owned_by_pod
@@ -121,11 +131,22 @@ CAPACITIES = "csistoragecapacities"
 class VolumeBindingArgs:
     #: How long PreBind waits for claims to be bound (kube-scheduler's default).
     bind_timeout_seconds: int = DEFAULT_BIND_TIMEOUT_SECONDS
+    #: The capacity score's shape (StorageCapacityScoring); empty: no score.
+    shape: tuple[UtilizationShapePoint, ...] = ()
 
 
-def parse_args(raw: Mapping[str, Any]) -> VolumeBindingArgs:
-    """VolumeBindingArgs: ``bindTimeoutSeconds`` (>= 0, default 600). ``shape`` only
-    means something with StorageCapacityScoring, which is off: setting it is an error."""
+#: kube-scheduler's default shape with StorageCapacityScoring: the emptier, the better.
+DEFAULT_SHAPE = (UtilizationShapePoint(0, MAX_CUSTOM_PRIORITY_SCORE), UtilizationShapePoint(100, 0))
+
+
+def parse_args(
+    raw: Mapping[str, Any], *, capacity_scoring: bool | None = None
+) -> VolumeBindingArgs:
+    """VolumeBindingArgs: ``bindTimeoutSeconds`` (>= 0, default 600) and, with the
+    StorageCapacityScoring gate (on by default), ``shape`` (default: 0% used scores
+    10, 100% used scores 0). Without the gate, setting ``shape`` is an error."""
+    if capacity_scoring is None:
+        capacity_scoring = GATES.enabled(STORAGE_CAPACITY_SCORING)
     f = Fields(raw)
     timeout = f.optional_integer("bindTimeoutSeconds")
     if timeout is None:
@@ -134,14 +155,17 @@ def parse_args(raw: Mapping[str, Any]) -> VolumeBindingArgs:
         raise f.error(
             "bindTimeoutSeconds", "invalid BindTimeoutSeconds, should not be a negative value"
         )
-    if f.raw("shape") is not None:
+    shape: tuple[UtilizationShapePoint, ...] = ()
+    if capacity_scoring:
+        shape = parse_shape(f) if f.raw("shape") is not None else DEFAULT_SHAPE
+    elif f.raw("shape") is not None:
         raise f.error(
             "shape",
             "unexpected field `shape`, remove it or turn on the feature gate "
             "StorageCapacityScoring",
         )
     f.done()
-    return VolumeBindingArgs(timeout)
+    return VolumeBindingArgs(timeout, shape)
 
 
 # ---- records ---------------------------------------------------------------------------
@@ -286,6 +310,9 @@ class PodVolumes:
     static: list[tuple[Claim, Volume]] = field(default_factory=list)
     #: Claims to provision on the node.
     dynamic: list[Claim] = field(default_factory=list)
+    #: The capacity (bytes) of the CSIStorageCapacity that admitted each claim to
+    #: provision, by claim key, when its driver tracks capacity (capacity scoring).
+    capacities: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -330,6 +357,7 @@ class VolumeBinding:
         self._snapshot = snapshot
         self._client = client
         self._bind_timeout = float(args.bind_timeout_seconds)
+        self._scorer = _capacity_scorer(args.shape) if args.shape else None
         self._assumed_pvs: dict[str, _Assumed] = {}
         self._assumed_pvcs: dict[str, _Assumed] = {}
         self._parsed_pvs: dict[str, Volume] = {}
@@ -472,12 +500,16 @@ class VolumeBinding:
                 to_provision.extend(unmatched)
             if to_provision:
                 unbound_ok, storage_ok, volumes.dynamic = self._check_provisions(
-                    to_provision, data, labels
+                    to_provision, data, labels, volumes.capacities
                 )
         return volumes, _reasons(bound_ok, unbound_ok, storage_ok, pv_found)
 
     def _check_provisions(
-        self, claims: Iterable[Claim], data: _CycleData, labels: Mapping[str, str]
+        self,
+        claims: Iterable[Claim],
+        data: _CycleData,
+        labels: Mapping[str, str],
+        capacities: dict[str, int],
     ) -> tuple[bool, bool, list[Claim]]:
         """(provisionable, enough storage, claims to provision), stopping at the first
         claim that cannot be provisioned for the node."""
@@ -493,20 +525,26 @@ class VolumeBinding:
                 return False, True, []
             if not _match_topology(sc.get("allowedTopologies"), labels):
                 return False, True, []
-            if not self._enough_capacity(str(provisioner), claim, labels):
+            enough, capacity = self._enough_capacity(str(provisioner), claim, labels)
+            if not enough:
                 return True, False, []
+            if capacity is not None:
+                capacities[claim.key] = capacity
             dynamic.append(claim)
         return True, True, dynamic
 
-    def _enough_capacity(self, provisioner: str, claim: Claim, labels: Mapping[str, str]) -> bool:
+    def _enough_capacity(
+        self, provisioner: str, claim: Claim, labels: Mapping[str, str]
+    ) -> tuple[bool, int | None]:
         """Whether a CSIStorageCapacity of the claim's class, reachable from the node,
-        holds the claim's request. Checked only for a CSI driver that asks for it
-        (CSIDriver spec.storageCapacity); a claim without a storage request always fits."""
+        holds the claim's request, and that object's ``capacity`` in bytes (None when
+        nothing was checked). Checked only for a CSI driver that asks for it (CSIDriver
+        spec.storageCapacity); a claim without a storage request always fits."""
         if not claim.request_set:
-            return True
+            return True, None
         driver = self._objects.get(CSI_DRIVERS, "", provisioner)
         if driver is None or _dict(driver.get("spec")).get("storageCapacity") is not True:
-            return True
+            return True, None
         size = -(-claim.request // 1000)  # whole bytes, rounded up like Quantity.Value()
         for capacity in self._objects.list(CAPACITIES):
             if capacity.get("storageClassName") != claim.storage_class:
@@ -515,8 +553,53 @@ class VolumeBinding:
             if limit is None or limit < size:
                 continue
             if _node_has_access(capacity, labels):
-                return True
-        return False
+                return True, _quantity(capacity.get("capacity"))
+        return False, None
+
+    # ---- PreScore / Score (StorageCapacityScoring) --------------------------------------
+    def pre_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> Status | None:
+        """Skip without the StorageCapacityScoring gate or for a pod without claims."""
+        if self._scorer is None:
+            return Status.skip()
+        data = state.get(STATE_KEY)
+        if not isinstance(data, _CycleData) or not data.by_node:
+            return Status.skip()  # no claims: every node would score 0
+        return None
+
+    def score(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+    ) -> tuple[int, Status | None]:
+        """How little of the storage the claims use on the node: per storage class,
+        requested over capacity through the args' shape, averaged over the classes.
+        Static bindings count the chosen volumes; otherwise the claims to provision
+        count the CSIStorageCapacity that admitted them. 0 without either."""
+        if self._scorer is None:
+            return 0, None
+        data = state.get(STATE_KEY)
+        if not isinstance(data, _CycleData):
+            return 0, Status.as_error(f'reading "{STATE_KEY}" from cycleState: not found')
+        volumes = data.by_node.get(node_info.name)
+        if volumes is None:
+            return 0, None
+        classes: dict[str, list[int]] = {}  # class -> [requested, capacity]
+        if volumes.static:
+            for claim, volume in volumes.static:
+                entry = classes.setdefault(volume.storage_class, [0, 0])
+                entry[0] += -(-claim.request // 1000)
+                entry[1] += -(-volume.capacity // 1000)
+        else:
+            for claim in volumes.dynamic:
+                capacity = volumes.capacities.get(claim.key)
+                if capacity is None:
+                    continue
+                entry = classes.setdefault(claim.storage_class, [0, 0])
+                # the class's capacity on the node, not a sum: two claims of one
+                # class share it
+                entry[1] = capacity
+                entry[0] += -(-claim.request // 1000)
+        return self._scorer(classes), None
 
     # ---- Reserve / Unreserve -----------------------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
@@ -996,6 +1079,37 @@ def _capacity_limit(capacity: Mapping[str, Any]) -> int | None:
         return parse_quantity(q)
     except QuantityError:
         return None
+
+
+def _capacity_scorer(
+    shape: Sequence[UtilizationShapePoint],
+) -> Callable[[Mapping[str, list[int]]], int]:
+    """Per storage class, requested over capacity (percent) through the shape (scores
+    scaled to 0..100); the node's score is the classes' mean, rounded."""
+    scale = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
+    raw = broken_linear([(p.utilization, p.score * scale) for p in shape])
+
+    def per_class(requested: int, capacity: int) -> int:
+        if capacity == 0 or requested > capacity:
+            return raw(MAX_UTILIZATION)
+        return raw(requested * MAX_UTILIZATION // capacity)
+
+    def scorer(classes: Mapping[str, list[int]]) -> int:
+        if not classes:
+            return 0
+        total = sum(per_class(req, cap) for req, cap in classes.values())
+        return math.floor(total / len(classes) + 0.5)
+
+    return scorer
+
+
+def _quantity(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return 0
 
 
 def _node_has_access(capacity: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -29,7 +29,10 @@ def test_parse(value: str, expected: dict[str, bool]) -> None:
     ("value", "message"),
     [
         ("Bogus=true", "unrecognized feature gate: Bogus"),
-        ("StorageCapacityScoring=false", "feature gate StorageCapacityScoring is not implemented"),
+        (
+            "InPlacePodVerticalScaling=false",
+            "feature gate InPlacePodVerticalScaling is not implemented",
+        ),
         ("GenericWorkload=true", "feature gate GenericWorkload is not implemented"),
         ("PodLevelResources", "missing bool value for PodLevelResources"),
         ("PodLevelResources=yes", "invalid value of PodLevelResources=yes"),
@@ -75,7 +78,7 @@ def test_configure_updates_in_place() -> None:
     ("flag", "named"),
     [
         ("--feature-gates=Bogus=true", "Bogus"),
-        ("--feature-gates=StorageCapacityScoring=true", "StorageCapacityScoring"),
+        ("--feature-gates=InPlacePodVerticalScaling=true", "InPlacePodVerticalScaling"),
         ("--feature-gates=NodeDeclaredFeatures=false", "NodeDeclaredFeatures"),
     ],
 )

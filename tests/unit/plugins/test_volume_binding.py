@@ -9,6 +9,7 @@ import pytest
 from kscheduler.framework import Code, CycleState, EventResource, QueueingHint
 from kscheduler.framework.args import ConfigError
 from kscheduler.framework.parse import parse_pod
+from kscheduler.framework.shape import UtilizationShapePoint
 from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.plugins import volume_binding
 from kscheduler.plugins.volume_binding import (
@@ -710,16 +711,76 @@ async def test_pre_bind_provisioning_failures(monkeypatch: pytest.MonkeyPatch) -
 
 # ---- args, events ----------------------------------------------------------------------------
 def test_parse_args() -> None:
-    assert parse_args({}) == VolumeBindingArgs(600)
-    assert parse_args({"bindTimeoutSeconds": 30, "shape": None}) == VolumeBindingArgs(30)
+    # StorageCapacityScoring is on by default in 1.37: the default shape
+    assert parse_args({}) == VolumeBindingArgs(600, volume_binding.DEFAULT_SHAPE)
+    assert (
+        UtilizationShapePoint(0, 10),
+        UtilizationShapePoint(100, 0),
+    ) == volume_binding.DEFAULT_SHAPE
+    shape = [{"utilization": 0, "score": 0}, {"utilization": 80, "score": 10}]
+    assert parse_args({"shape": shape}).shape == (
+        UtilizationShapePoint(0, 0),
+        UtilizationShapePoint(80, 10),
+    )
+    with pytest.raises(ConfigError, match=r"shape\[1\].utilization: values must be sorted"):
+        parse_args({"shape": [{"utilization": 50, "score": 1}, {"utilization": 10, "score": 1}]})
+    with pytest.raises(ConfigError, match=r"shape\[0\].score: not in valid range \[0, 10\]"):
+        parse_args({"shape": [{"utilization": 50, "score": 11}]})
+    # without the gate: no score, and a shape is refused
+    off = {"capacity_scoring": False}
+    assert parse_args({}, **off) == VolumeBindingArgs(600)
+    assert parse_args({"bindTimeoutSeconds": 30, "shape": None}, **off) == VolumeBindingArgs(30)
     with pytest.raises(ConfigError, match="bindTimeoutSeconds: invalid BindTimeoutSeconds"):
         parse_args({"bindTimeoutSeconds": -1})
     with pytest.raises(ConfigError, match="shape: unexpected field `shape`"):
-        parse_args({"shape": [{"utilization": 0, "score": 0}]})
+        parse_args({"shape": [{"utilization": 0, "score": 0}]}, **off)
     with pytest.raises(ConfigError, match="bindTimeoutSeconds: expected integer"):
         parse_args({"bindTimeoutSeconds": "10"})
     with pytest.raises(ConfigError, match="other: unknown field"):
         parse_args({"other": 1})
+
+
+@pytest.mark.parametrize(
+    ("objects", "expected"),
+    [
+        # static bindings: the chosen volume's size against the claim's request
+        ({PVCS: [pvc("c", storage="1Gi")], PVS: [pv("v", storage="4Gi", zone="a")]}, 75),
+        ({PVCS: [pvc("c", storage="1Gi")], PVS: [pv("v", storage="1Gi", zone="a")]}, 0),
+        # provisioning: the CSIStorageCapacity that admitted the claim on the node
+        (
+            {
+                PVCS: [pvc("c", storage="1Gi")],
+                volume_binding.CSI_DRIVERS: [csi_driver()],
+                volume_binding.CAPACITIES: [storage_capacity("a", capacity="10Gi")],
+            },
+            90,
+        ),
+        # provisioning with a driver that tracks no capacity: nothing to score
+        ({PVCS: [pvc("c", storage="1Gi")]}, 0),
+    ],
+)
+def test_capacity_score(objects: dict[str, list[dict[str, Any]]], expected: int) -> None:
+    sc = storage_class() if PVS in objects else storage_class(provisioner="csi.example.com")
+    env = Env({SCS: [sc], **objects}, args=parse_args({}))
+    p = claim_pod("c")
+    state, st, by_node = env.cycle(p)
+    assert st is None and by_node["n1"] is None
+    assert env.plugin.pre_score(state, p, env.nodes) is None
+    assert env.plugin.score(state, p, env.nodes[0]) == (expected, None)
+
+
+def test_capacity_score_is_skipped_without_the_gate_or_claims() -> None:
+    env = Env({PVCS: [pvc("c")], PVS: [pv("v", zone="a")], SCS: [storage_class()]})
+    p = claim_pod("c")
+    state, _, _ = env.cycle(p)
+    st = env.plugin.pre_score(state, p, env.nodes)  # VolumeBindingArgs(): no shape
+    assert st is not None and st.code == Code.SKIP
+    env = Env({}, args=parse_args({}))
+    state = CycleState()
+    no_claims = pod("plain").build()
+    assert env.plugin.pre_filter(state, no_claims, env.nodes)[1] is not None
+    st = env.plugin.pre_score(state, no_claims, env.nodes)
+    assert st is not None and st.code == Code.SKIP
 
 
 def test_events_and_hints() -> None:
