@@ -45,8 +45,13 @@ PreBind
     claim is fully bound, and fails (the pod is retried) when the controller
     undoes a binding or the provisioner gives up.
 
-Score is not implemented: it needs the StorageCapacityScoring feature, off by
-default. Volumes of in-tree plugins are not translated to CSI for node affinity.
+PreScore / Score (StorageCapacityScoring, on by default since 1.37)
+    Per storage class, the claims' requests over the capacity they take on the
+    node (the chosen static volumes; else the CSIStorageCapacity that admitted each
+    claim to provision), through the ``shape`` (default: an empty node scores 100,
+    a full one 0), averaged over the classes. Skipped for a pod without claims.
+
+Volumes of in-tree plugins are not translated to CSI for node affinity.
 """
 
 from __future__ import annotations
