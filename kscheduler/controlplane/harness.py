@@ -332,6 +332,25 @@ def _generate_rsa_key(path: Path) -> None:
     path.chmod(0o600)
 
 
+def _generate_ca(key: Path, cert: Path, name: str) -> None:
+    """A self-signed P-256 CA, valid for a week."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise ControlPlaneError("the `openssl` command is needed to generate the client CA")
+    subprocess.run(
+        [
+            openssl, "req", "-x509", "-nodes", "-newkey", "ec",
+            "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-keyout", str(key), "-out", str(cert), "-days", "7", "-subj", f"/CN={name}",
+        ],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    key.chmod(0o600)
+
+
 def _lost_port_race(exc: BaseException) -> bool:
     """A port picked by free_ports() was taken by someone else before we bound it."""
     return isinstance(exc, ControlPlaneError) and "address already in use" in str(exc)
@@ -445,6 +464,16 @@ class ControlPlane:
     def ca_file(self) -> Path:
         """Bundle that verifies the apiserver's self-signed serving certificate."""
         return self.cert_dir / "apiserver.crt"
+
+    @property
+    def client_ca_file(self) -> Path:
+        """The CA the apiserver trusts for client certificates (and publishes)."""
+        return self.workdir / "client-ca.crt"
+
+    @property
+    def client_ca_key(self) -> Path:
+        """Its private key, to sign client certificates for tests."""
+        return self.workdir / "client-ca.key"
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -633,6 +662,7 @@ class ControlPlane:
         (workdir / "certs").mkdir()
         sa_key = workdir / "sa.key"
         _generate_rsa_key(sa_key)
+        _generate_ca(self.client_ca_key, self.client_ca_file, "kscheduler-harness-client-ca")
         token_file = workdir / "tokens.csv"
         lines = []
         for user, token in self.tokens.items():
@@ -677,6 +707,10 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--authorization-mode=RBAC",
             f"--token-auth-file={token_file}",
+            # client certificates: the apiserver publishes this CA in kube-system's
+            # extension-apiserver-authentication ConfigMap, where delegated
+            # authentication (kscheduler's secure port) reads it
+            f"--client-ca-file={self.client_ca_file}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={sa_key}",
             f"--service-account-signing-key-file={sa_key}",

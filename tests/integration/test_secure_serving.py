@@ -3,8 +3,10 @@ serves HTTPS and has the apiserver review every request's token (TokenReview) an
 permission (SubjectAccessReview, through RBAC on deploy/'s reader ClusterRoles).
 
 Identities are ServiceAccounts with tokens from the TokenRequest API, as Prometheus
-has; a client certificate signed by the CA given with --client-ca-file stands for
-certificate users. The last test stops the session's apiserver and starts it again.
+has; a client certificate signed by the cluster's client CA stands for certificate
+users: kscheduler reads that CA from kube-system/extension-apiserver-authentication,
+where the apiserver publishes it, as kube-scheduler does. The last test stops the
+session's apiserver and starts it again.
 """
 
 from __future__ import annotations
@@ -123,22 +125,10 @@ def _client_cert(tmp: Path, ca: tuple[Any, x509.Certificate], cn: str, org: str)
     return ctx
 
 
-def _ca(tmp: Path) -> tuple[Any, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "secure-serving-test-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    (tmp / "client-ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+def _ca(cp: ControlPlane) -> tuple[Any, x509.Certificate]:
+    """The harness apiserver's client CA (it publishes it in the ConfigMap)."""
+    key = serialization.load_pem_private_key(cp.client_ca_key.read_bytes(), password=None)
+    cert = x509.load_pem_x509_certificate(cp.client_ca_file.read_bytes())
     return key, cert
 
 
@@ -206,7 +196,7 @@ async def served(
                 + binding["metadata"]["name"]
             )
 
-        ca = _ca(tmp)
+        ca = _ca(control_plane)
         client_ssl = {
             "member": _client_cert(tmp, ca, "cert-scraper", CERT_GROUP),
             "outsider": _client_cert(tmp, ca, "cert-outsider", "nobody-group"),
@@ -222,7 +212,6 @@ async def served(
                 "--kubeconfig", str(control_plane.scheduler_kubeconfig),
                 "--bind-address", "127.0.0.1",
                 "--secure-port", str(port),
-                "--client-ca-file", str(tmp / "client-ca.crt"),
                 "--log-format", "json",
             ],
             tmp / "kscheduler.log",
