@@ -289,8 +289,11 @@ async def test_preempts_the_same_victims_on_the_same_node(
     assert ours.preempted_events == [
         ("b-low", "Normal", "Preempting", "Preempted by pod <preemptor-uid> on node pre-b")
     ]
-    # a successful preemption adds nothing to the FailedScheduling message
-    assert ours.first_message == "0/2 nodes are available: 2 Insufficient cpu."
+    # 1.37: a successful preemption says where it found room, at the end of the message
+    assert ours.first_message == (
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: found a potential "
+        "placement for pod on node pre-b, preempting 1 victims"
+    )
 
 
 async def test_pdb_protected_victim_is_reprieved_first(
