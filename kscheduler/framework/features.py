@@ -21,6 +21,8 @@ SCHEDULER_ASYNC_PREEMPTION = "SchedulerAsyncPreemption"
 VOLUME_LIMIT_SCALING = "VolumeLimitScaling"
 OPPORTUNISTIC_BATCHING = "OpportunisticBatching"
 STORAGE_CAPACITY_SCORING = "StorageCapacityScoring"
+IN_PLACE_POD_VERTICAL_SCALING = "InPlacePodVerticalScaling"
+IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING = "InPlacePodLevelResourcesVerticalScaling"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,18 @@ KNOWN: Mapping[str, GateSpec] = {
     VOLUME_LIMIT_SCALING: GateSpec(True, "BETA"),
     OPPORTUNISTIC_BATCHING: GateSpec(True, "BETA"),
     STORAGE_CAPACITY_SCORING: GateSpec(True, "BETA"),
+    IN_PLACE_POD_VERTICAL_SCALING: GateSpec(True, "GA", locked=True, upstream_locked=True),
+    IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING: GateSpec(True, "BETA"),
+}
+
+#: Gates that upstream refuses to enable while one they depend on is disabled
+#: (v1.37's dependency table, for the gates in KNOWN).
+DEPENDENCIES: Mapping[str, tuple[str, ...]] = {
+    IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING: (
+        IN_PLACE_POD_VERTICAL_SCALING,
+        NODE_DECLARED_FEATURES,
+        POD_LEVEL_RESOURCES,
+    ),
 }
 
 
@@ -53,8 +67,6 @@ KNOWN: Mapping[str, GateSpec] = {
 NOT_IMPLEMENTED = frozenset(
     {
         "GenericWorkload",
-        "InPlacePodVerticalScaling",
-        "InPlacePodLevelResourcesVerticalScaling",
         "InPlacePodVerticalScalingSchedulerPreemption",
         "SchedulerAsyncAPICalls",
         "TaintTolerationComparisonOperators",
@@ -94,6 +106,8 @@ class FeatureGates:
     volume_limit_scaling: bool = True
     opportunistic_batching: bool = True
     storage_capacity_scoring: bool = True
+    in_place_pod_vertical_scaling: bool = True
+    in_place_pod_level_resources_vertical_scaling: bool = True
 
     def enabled(self, name: str) -> bool:
         return {
@@ -104,6 +118,10 @@ class FeatureGates:
             VOLUME_LIMIT_SCALING: self.volume_limit_scaling,
             OPPORTUNISTIC_BATCHING: self.opportunistic_batching,
             STORAGE_CAPACITY_SCORING: self.storage_capacity_scoring,
+            IN_PLACE_POD_VERTICAL_SCALING: self.in_place_pod_vertical_scaling,
+            IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING: (
+                self.in_place_pod_level_resources_vertical_scaling
+            ),
         }.get(name, KNOWN[name].default if name in KNOWN else False)
 
 
@@ -118,7 +136,8 @@ def parse_feature_gates(value: str) -> dict[str, bool]:
     """``Name=true,Other=false`` (upstream's syntax and boolean spellings) -> settings.
 
     Raises FeatureGateError naming the first gate that is malformed, unknown to
-    kscheduler, or set against its lock."""
+    kscheduler, or set against its lock, or a gate left enabled while one it
+    depends on is disabled (:data:`DEPENDENCIES`)."""
     out: dict[str, bool] = {}
     for item in value.split(","):
         item = item.strip()
@@ -156,6 +175,14 @@ def parse_feature_gates(value: str) -> dict[str, bool]:
                 )
             )
         out[name] = on
+    for name, deps in DEPENDENCIES.items():
+        if not out.get(name, KNOWN[name].default):
+            continue
+        off = [d for d in sorted(deps) if not out.get(d, KNOWN[d].default)]
+        if off:
+            raise FeatureGateError(
+                f"{name} is enabled, but depends on features that are disabled: [{' '.join(off)}]"
+            )
     return out
 
 
@@ -173,6 +200,10 @@ def gates_from(settings: Mapping[str, bool]) -> FeatureGates:
         volume_limit_scaling=get(VOLUME_LIMIT_SCALING),
         opportunistic_batching=get(OPPORTUNISTIC_BATCHING),
         storage_capacity_scoring=get(STORAGE_CAPACITY_SCORING),
+        in_place_pod_vertical_scaling=get(IN_PLACE_POD_VERTICAL_SCALING),
+        in_place_pod_level_resources_vertical_scaling=get(
+            IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING
+        ),
     )
 
 

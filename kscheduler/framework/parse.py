@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kscheduler.framework.features import GATES
+from kscheduler.framework.quantity import parse_quantity
 from kscheduler.framework.selectors import (
     LabelSelector,
     NodeSelector,
@@ -184,6 +185,215 @@ def pod_resources(spec: Mapping[str, Any]) -> tuple[Resource, int, int, int, int
     )
 
 
+# ---- in-place resize: what an assigned pod counts ---------------------------------------------
+#
+# With InPlacePodVerticalScaling a running pod's resources can change without a new
+# pod. While a resize is in progress the spec (desired), the allocation the kubelet
+# admitted (status ...allocatedResources) and what the runtime applied (status
+# ...resources.requests) may differ; the pod counts the largest of the three per
+# resource. A resize the kubelet marked Infeasible (condition PodResizePending,
+# reason Infeasible) will never happen, so its spec is left out. The same holds for
+# the pod level (InPlacePodLevelResourcesVerticalScaling: status.resources and
+# status.allocatedResources), whose status maps, when both are given, replace the
+# per-container statuses as the aggregate.
+#
+# Resource lists here keep which names are present (a missing request gets the
+# non-zero default, one set to zero does not): name -> amount (CPU in millicores).
+
+_RList = dict[str, int]
+_NO_LIST: _RList = {}
+
+
+def _rlist(raw: Any, where: str) -> _RList:
+    out: _RList = {}
+    for name, q in _dict(raw, where).items():
+        try:
+            out[name] = parse_quantity(q, milli=name == "cpu")
+        except ValueError as exc:
+            raise ParseError(f"{where}.{name}: {exc}") from exc
+    return out
+
+
+def _add_into(acc: _RList, other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        acc[k] = acc.get(k, 0) + v
+
+
+def _max_into(acc: _RList, other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        if k not in acc or v > acc[k]:
+            acc[k] = v
+
+
+def _max_of(*lists: Mapping[str, int] | None) -> _RList:
+    out: _RList = {}
+    for lst in lists:
+        if lst:
+            _max_into(out, lst)
+    return out
+
+
+def pod_resize_infeasible(status: Mapping[str, Any]) -> bool:
+    """The kubelet reported the pod's resize as Infeasible (the first PodResizePending
+    condition decides)."""
+    for c in _list(status.get("conditions"), "status.conditions"):
+        if isinstance(c, dict) and c.get("type") == "PodResizePending":
+            return bool(c.get("reason") == "Infeasible")
+    return False
+
+
+def _status_matters(status: Mapping[str, Any]) -> bool:
+    """Whether the status can make the pod count more or less than its spec: resources
+    or allocations reported for a container or the pod, or an Infeasible resize."""
+    if not status:
+        return False
+    if status.get("allocatedResources") or "resources" in status:
+        return True
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for cs in _list(status.get(key), f"status.{key}"):
+            if isinstance(cs, dict) and (cs.get("allocatedResources") or cs.get("resources")):
+                return True
+    return pod_resize_infeasible(status)
+
+
+def counted_resources(
+    spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> tuple[Resource, int, int] | None:
+    """What the pod counts on a node (and in BalancedAllocation's score of it): its
+    request and non-zero CPU/memory, as :func:`pod_resources` computes them but from
+    the largest of spec, allocated and actuated resources per resource (see above).
+
+    None when the status cannot change the result (no statuses with resources, no
+    Infeasible resize) or InPlacePodVerticalScaling is off: :func:`pod_resources`
+    applies. Computed once per pod version."""
+    if not GATES.in_place_pod_vertical_scaling or not _status_matters(status):
+        return None
+    pod_level_status = GATES.in_place_pod_level_resources_vertical_scaling
+    pod_level_raw = _dict(
+        _dict(spec.get("resources"), "spec.resources").get("requests"), "spec.resources.requests"
+    )
+    pod_level_set = GATES.pod_level_resources and any(
+        _is_pod_level_resource(k) for k in pod_level_raw
+    )
+    infeasible = pod_resize_infeasible(status)
+    containers = [
+        _dict(c, f"spec.containers[{i}]")
+        for i, c in enumerate(_list(spec.get("containers"), "spec.containers"))
+    ]
+    inits = [
+        _dict(c, f"spec.initContainers[{i}]")
+        for i, c in enumerate(_list(spec.get("initContainers"), "spec.initContainers"))
+    ]
+    # a container's status by name: regular containers' statuses first
+    by_name: dict[str, Mapping[str, Any]] = {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for i, cs in enumerate(_list(status.get(key), f"status.{key}")):
+            cs = _dict(cs, f"status.{key}[{i}]")
+            by_name.setdefault(str(cs.get("name", "")), cs)
+
+    # per container: (spec, allocated, actuated) requests; None where nothing counts
+    def lists(c: Mapping[str, Any], where: str) -> tuple[_RList, _RList | None, _RList | None]:
+        spec_req = _rlist(
+            _dict(c.get("resources"), f"{where}.resources").get("requests"),
+            f"{where}.resources.requests",
+        )
+        fallback = None if infeasible else spec_req
+        name = str(c.get("name", ""))
+        cs = by_name.get(name)
+        if cs is None:
+            return spec_req, fallback, fallback
+        # the status of container "name" (regular or init)
+        sw = f"status.containerStatuses[{name}]"
+        allocated_raw = cs.get("allocatedResources")
+        allocated = _rlist(allocated_raw, f"{sw}.allocatedResources") if allocated_raw else fallback
+        actuated_raw = _dict(cs.get("resources"), f"{sw}.resources").get("requests")
+        actuated = (
+            _rlist(actuated_raw, f"{sw}.resources.requests")
+            if actuated_raw
+            else (allocated if allocated_raw else fallback)
+        )
+        return spec_req, allocated, actuated
+
+    per_c = [lists(c, f"spec.containers[{i}]") for i, c in enumerate(containers)]
+    per_i = [lists(c, f"spec.initContainers[{i}]") for i, c in enumerate(inits)]
+    sidecar_flags = [c.get("restartPolicy") == "Always" for c in inits]
+
+    def aggregate(which: int, non_missing: Mapping[str, int]) -> _RList:
+        def one(ls: tuple[_RList, _RList | None, _RList | None]) -> _RList:
+            lst = dict(ls[which] or _NO_LIST)
+            for k, v in non_missing.items():
+                if k not in lst:
+                    lst[k] = v
+            return lst
+
+        total: _RList = {}
+        for ls in per_c:
+            _add_into(total, one(ls))
+        sidecars: _RList = {}
+        init_max: _RList = {}
+        for ls, sidecar in zip(per_i, sidecar_flags, strict=True):
+            r = one(ls)
+            if sidecar:
+                _add_into(total, r)
+                _add_into(sidecars, r)
+                _max_into(init_max, sidecars)
+            else:
+                _add_into(r, sidecars)
+                _max_into(init_max, r)
+        _max_into(total, init_max)
+        return total
+
+    status_res = status.get("resources")
+    status_res_req = (
+        _rlist(_dict(status_res, "status.resources").get("requests"), "status.resources.requests")
+        if status_res is not None
+        else None
+    )
+    status_alloc_raw = status.get("allocatedResources")
+    status_alloc = (
+        _rlist(status_alloc_raw, "status.allocatedResources") if status_alloc_raw else None
+    )
+    use_pod_status = pod_level_status and bool(status_alloc) and bool(status_res_req)
+
+    def requests(non_missing: Mapping[str, int]) -> _RList:
+        spec_sum = aggregate(0, non_missing)
+        if use_pod_status:
+            allocated, actuated = status_alloc, status_res_req
+        else:
+            allocated, actuated = aggregate(1, non_missing), aggregate(2, non_missing)
+        out = _max_of(actuated, allocated) if infeasible else _max_of(spec_sum, actuated, allocated)
+        if pod_level_set:
+            effective: Mapping[str, int] = _rlist(pod_level_raw, "spec.resources.requests")
+            if pod_level_status and status_res is not None:
+                effective = _max_of(None if infeasible else effective, status_res_req, status_alloc)
+            for k, v in effective.items():
+                if _is_pod_level_resource(k):
+                    out[k] = v
+        overhead = spec.get("overhead")
+        if overhead:
+            _add_into(out, _rlist(overhead, "spec.overhead"))
+        return out
+
+    reqs = requests(_NO_LIST)
+    defaults = {"cpu": DEFAULT_MILLI_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST}
+    if pod_level_set:
+        defaults = {k: v for k, v in defaults.items() if k not in reqs}
+    non_zero = requests(defaults) if defaults else reqs
+    total = Resource()
+    for k, v in reqs.items():
+        if k == "cpu":
+            total.milli_cpu = v
+        elif k == "memory":
+            total.memory = v
+        elif k == "ephemeral-storage":
+            total.ephemeral_storage = v
+        elif k == "pods":
+            total.allowed_pods = v
+        else:
+            total.scalar[k] = v
+    return total, non_zero.get("cpu", 0), non_zero.get("memory", 0)
+
+
 def _tolerations(raw: Any) -> tuple[Toleration, ...]:
     out = []
     for i, t in enumerate(_list(raw, "spec.tolerations")):
@@ -329,6 +539,11 @@ def _parse_pod(raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, nam
     if not isinstance(priority, int):
         raise ParseError("spec.priority: expected an integer")
     requests, nz_cpu, nz_mem, score_cpu, score_mem = pod_resources(spec)
+    spec_requests = None
+    counted = counted_resources(spec, status)
+    if counted is not None:
+        spec_requests = requests
+        requests, nz_cpu, nz_mem = counted
     images = []
     for key in ("containers", "initContainers"):
         for c in _list(spec.get(key), f"spec.{key}"):
@@ -363,6 +578,7 @@ def _parse_pod(raw: dict[str, Any], meta: dict[str, Any], uid: str, ns: str, nam
         tolerations=_tolerations(spec.get("tolerations")),
         host_ports=_host_ports(spec),
         requests=requests,
+        spec_requests=spec_requests,
         non_zero_cpu=nz_cpu,
         non_zero_memory=nz_mem,
         score_cpu=score_cpu,

@@ -230,7 +230,13 @@ class PodInfo:
     preferred_anti_affinity: tuple[AffinityTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
+    #: What the pod counts on a node: its effective request (containers, sidecars,
+    #: init containers, pod level, overhead), during an in-place resize the largest
+    #: of spec, allocated and actuated resources (see parse.counted_resources).
     requests: Resource = field(default_factory=Resource)
+    #: The request from the spec alone, when the status makes ``requests`` differ
+    #: (None otherwise); read it through :attr:`fit_requests`.
+    spec_requests: Resource | None = None
     #: CPU/memory as a node's totals count the pod: 100m / 200Mi for a missing request
     #: (with pod-level requests, only where nothing mentions the resource).
     non_zero_cpu: int = 0
@@ -269,6 +275,12 @@ class PodInfo:
             or self.preferred_affinity
             or self.preferred_anti_affinity
         )
+
+    @property
+    def fit_requests(self) -> Resource:
+        """The request NodeResourcesFit's filter (and its queueing hints and pod
+        signature) compare with a node: from the spec, never the status."""
+        return self.requests if self.spec_requests is None else self.spec_requests
 
     def is_best_effort(self) -> bool:
         return self.requests.is_zero()

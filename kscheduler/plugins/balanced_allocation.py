@@ -157,8 +157,8 @@ class NodeResourcesBalancedAllocation:
         self._names = tuple(r.name for r in args.resources)
 
     def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
-        """The pod's effective requests (OpportunisticBatching)."""
-        r = pod.requests
+        """The pod's effective requests from its spec (OpportunisticBatching)."""
+        r = pod.fit_requests
         value = [r.milli_cpu, r.memory, r.ephemeral_storage, sorted(r.scalar.items())]
         return [SignFragment(signing.RESOURCES, value)], None
 

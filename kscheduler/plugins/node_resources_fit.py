@@ -1,8 +1,10 @@
 """NodeResourcesFit: the node must have room for the pod's requests; scores by allocation.
 
-Filter compares the pod's effective request (``PodInfo.requests``: containers,
-sidecars, init containers, pod-level requests and overhead) with what is left
-of the node's allocatable, and reports every resource that falls short.
+Filter compares the pod's effective request from its spec
+(``PodInfo.fit_requests``: containers, sidecars, init containers, pod-level
+requests and overhead) with what is left of the node's allocatable (the node's
+pods counted as ``PodInfo.requests``, in-place resizes included), and reports
+every resource that falls short.
 
 Score applies the configured strategy over the configured resources. CPU and
 memory use the non-zero requests (100m / 200Mi for a container that sets none)
@@ -436,8 +438,8 @@ class NodeResourcesFit:
         self._scorer = build_scorer(args.scoring_strategy)
 
     def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
-        """The pod's effective requests (OpportunisticBatching)."""
-        r = pod.requests
+        """The pod's effective requests from its spec (OpportunisticBatching)."""
+        r = pod.fit_requests
         value = [r.milli_cpu, r.memory, r.ephemeral_storage, sorted(r.scalar.items())]
         return [SignFragment(signing.RESOURCES, value)], None
 
@@ -486,19 +488,19 @@ class NodeResourcesFit:
         """Queue when the pod fits the new node and the node is new or grew."""
         if not isinstance(new, NodeRecord) or not (old is None or isinstance(old, NodeRecord)):
             return QueueingHint.QUEUE
-        if insufficient_resources(pod.requests, NodeInfo(new.name, new)):
+        if insufficient_resources(pod.fit_requests, NodeInfo(new.name, new)):
             return QueueingHint.SKIP
         if old is None:
             return QueueingHint.QUEUE
-        if _any_requested_increased(pod.requests, old.allocatable, new.allocatable):
+        if _any_requested_increased(pod.fit_requests, old.allocatable, new.allocatable):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status | None]:
-        """Success: records the pod's effective request for Filter."""
-        state.write(PRE_FILTER_KEY, pod.requests)
+        """Success: records the pod's effective request (from its spec) for Filter."""
+        state.write(PRE_FILTER_KEY, pod.fit_requests)
         return None, None
 
     def filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:

@@ -14,8 +14,18 @@ from kscheduler.framework import features as ft
         ("", {}),
         ("SchedulerPopFromBackoffQ=false", {ft.SCHEDULER_POP_FROM_BACKOFF_Q: False}),
         (
-            "PodLevelResources=False, NominatedNodeNameForExpectation=0",
-            {ft.POD_LEVEL_RESOURCES: False, ft.NOMINATED_NODE_NAME_FOR_EXPECTATION: False},
+            "PodLevelResources=False, NominatedNodeNameForExpectation=0,"
+            "InPlacePodLevelResourcesVerticalScaling=false",
+            {
+                ft.POD_LEVEL_RESOURCES: False,
+                ft.NOMINATED_NODE_NAME_FOR_EXPECTATION: False,
+                ft.IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING: False,
+            },
+        ),
+        ("InPlacePodVerticalScaling=true", {ft.IN_PLACE_POD_VERTICAL_SCALING: True}),
+        (
+            "InPlacePodLevelResourcesVerticalScaling=false",
+            {ft.IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING: False},
         ),
         ("NodeDeclaredFeatures=true", {ft.NODE_DECLARED_FEATURES: True}),
         ("SchedulerAsyncPreemption=T", {ft.SCHEDULER_ASYNC_PREEMPTION: True}),
@@ -30,8 +40,18 @@ def test_parse(value: str, expected: dict[str, bool]) -> None:
     [
         ("Bogus=true", "unrecognized feature gate: Bogus"),
         (
+            "InPlacePodVerticalScalingSchedulerPreemption=true",
+            "feature gate InPlacePodVerticalScalingSchedulerPreemption is not implemented",
+        ),
+        (
             "InPlacePodVerticalScaling=false",
-            "feature gate InPlacePodVerticalScaling is not implemented",
+            "cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true",
+        ),
+        # upstream's dependency check: the in-place pod-level resize needs PodLevelResources
+        (
+            "PodLevelResources=false",
+            r"InPlacePodLevelResourcesVerticalScaling is enabled, but depends on features "
+            r"that are disabled: \[PodLevelResources\]",
         ),
         ("GenericWorkload=true", "feature gate GenericWorkload is not implemented"),
         ("PodLevelResources", "missing bool value for PodLevelResources"),
@@ -78,7 +98,8 @@ def test_configure_updates_in_place() -> None:
     ("flag", "named"),
     [
         ("--feature-gates=Bogus=true", "Bogus"),
-        ("--feature-gates=InPlacePodVerticalScaling=true", "InPlacePodVerticalScaling"),
+        ("--feature-gates=InPlacePodVerticalScaling=false", "InPlacePodVerticalScaling"),
+        ("--feature-gates=PodLevelResources=false", "InPlacePodLevelResourcesVerticalScaling"),
         ("--feature-gates=NodeDeclaredFeatures=false", "NodeDeclaredFeatures"),
     ],
 )
