@@ -242,16 +242,41 @@ def pod_resize_infeasible(status: Mapping[str, Any]) -> bool:
     return False
 
 
-def _status_matters(status: Mapping[str, Any]) -> bool:
-    """Whether the status can make the pod count more or less than its spec: resources
-    or allocations reported for a container or the pod, or an Infeasible resize."""
+def _status_matters(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether the status can make the pod count other than its spec: pod-level status
+    resources, a container status whose allocated or actuated requests differ from
+    the container's spec requests (as the API server writes quantities, canonical), or
+    an Infeasible resize. Kubelet reports both for every running container; they
+    equal the spec unless a resize is under way."""
     if not status:
         return False
     if status.get("allocatedResources") or "resources" in status:
         return True
+    spec_reqs: dict[str, Any] | None = None
     for key in ("containerStatuses", "initContainerStatuses"):
         for cs in _list(status.get(key), f"status.{key}"):
-            if isinstance(cs, dict) and (cs.get("allocatedResources") or cs.get("resources")):
+            if not isinstance(cs, dict):
+                return True  # let counted_resources report it
+            allocated = cs.get("allocatedResources")
+            resources = cs.get("resources")
+            if not allocated and not resources:
+                continue
+            if spec_reqs is None:
+                spec_reqs = {}
+                for ck in ("initContainers", "containers"):
+                    for c in _list(spec.get(ck), f"spec.{ck}"):
+                        if isinstance(c, dict):
+                            res = c.get("resources")
+                            req = res.get("requests") if isinstance(res, dict) else None
+                            spec_reqs[str(c.get("name", ""))] = req or {}
+            name = str(cs.get("name", ""))
+            if name not in spec_reqs:
+                continue  # no container of the pod: never looked up
+            want = spec_reqs[name]
+            if allocated and allocated != want:
+                return True
+            actuated = resources.get("requests") if isinstance(resources, dict) else resources
+            if actuated and actuated != want:
                 return True
     return pod_resize_infeasible(status)
 
@@ -266,7 +291,7 @@ def counted_resources(
     None when the status cannot change the result (no statuses with resources, no
     Infeasible resize) or InPlacePodVerticalScaling is off: :func:`pod_resources`
     applies. Computed once per pod version."""
-    if not GATES.in_place_pod_vertical_scaling or not _status_matters(status):
+    if not GATES.in_place_pod_vertical_scaling or not _status_matters(spec, status):
         return None
     pod_level_status = GATES.in_place_pod_level_resources_vertical_scaling
     pod_level_raw = _dict(

@@ -393,17 +393,19 @@ def build_scorer(strategy: ScoringStrategy) -> Scorer:
 
 def pod_score_requests(pod: PodInfo, names: Sequence[str]) -> list[int]:
     """The pod's request per scored resource: non-zero cpu/memory (the incoming pod's
-    rule, see PodInfo.score_cpu), real for the rest."""
+    rule, see PodInfo.score_cpu), real for the rest; from the spec, as kube-scheduler's
+    scorer leaves the status out."""
     out = []
+    req = pod.fit_requests
     for name in names:
         if name == CPU:
             out.append(pod.score_cpu)
         elif name == MEMORY:
             out.append(pod.score_memory)
         elif name == EPHEMERAL_STORAGE:
-            out.append(pod.requests.ephemeral_storage)
+            out.append(req.ephemeral_storage)
         else:
-            out.append(pod.requests.scalar.get(name, 0))
+            out.append(req.scalar.get(name, 0))
     return out
 
 

@@ -124,11 +124,18 @@ def pod_level_status_off() -> Iterator[None]:
             {"containerStatuses": [cs("c0", {"cpu": "1"})]},
             (1300, 0, 1300, 2 * MEM0),
         ),
-        # a status naming no container of the pod changes nothing
+        # a status naming no container of the pod changes nothing (the spec: None)
+        (pod("p").req(cpu="500m"), {"containerStatuses": [cs("gone", {"cpu": "4"})]}, None),
+        # kubelet's statuses equal to the spec (no resize under way): the spec
         (
-            pod("p").req(cpu="500m"),
-            {"containerStatuses": [cs("gone", {"cpu": "4"})]},
-            (500, 0, 500, MEM0),
+            pod("p").req(cpu="1", memory="1Gi").sidecar(cpu="200m"),
+            {
+                "containerStatuses": [
+                    cs("c0", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})
+                ],
+                "initContainerStatuses": [cs("i0", {"cpu": "200m"}, {"cpu": "200m"})],
+            },
+            None,
         ),
         # Infeasible: the spec is left out, the allocation counts
         (
