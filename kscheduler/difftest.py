@@ -51,6 +51,9 @@ Scenario format::
       web-deploy: {bound: 3, pending: 0, ready: 3, nodes: [n0, n1, n1]}  # a workload
     expectClaims:                       # claims ("ns/name", or name in default)
       data: {volumeName: pv-a, phase: Bound}
+      gpu: {devices: [gpus/node-a/gpu-0]}  # a ResourceClaim: request/pool/device, in order
+                                          # (a firstAvailable request: main/sub/pool/device)
+      web:gpu: {allocated: false}         # a template's claim: pod name, ":", pod claim name
     schedulerStartsAfterPods: false     # true: all pods exist before the scheduler starts
     settleSeconds: 2                    # quiet time that ends a run
     timeoutSeconds: 60
@@ -72,7 +75,11 @@ PodScheduled reason and message. Workload pods with random names (Deployment,
 ReplicaSet, DaemonSet) are compared as a sorted multiset of placements (node or
 pending reason, nominated node, message, event reasons), with the workload's
 status counts; a StatefulSet's pods by name. Claims in the scenario's
-namespaces: volumeName, phase and the selected-node annotation.
+namespaces: volumeName, phase and the selected-node annotation. ResourceClaims in
+the scenario's namespaces (a claim made from a template is named after its pod and
+the pod's claim name, "pod:claim"): whether allocated, each result's request,
+driver, pool, device and adminAccess in order, the allocation's node selector and
+the pods it is reserved for.
 
 A run is settled when every pod to schedule is bound or carries
 PodScheduled=False (or was deleted), no pod is terminating, every workload has
@@ -95,6 +102,7 @@ import argparse
 import asyncio
 import contextlib
 import copy
+import json
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -125,6 +133,7 @@ _PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kub
 
 
 SELECTED_NODE_ANNOTATION: Final = "volume.kubernetes.io/selected-node"
+_RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
 
 
 class ScenarioError(ValueError):
@@ -187,10 +196,13 @@ class WorkloadExpectation:
 
 @dataclass(frozen=True, slots=True)
 class ClaimExpectation:
-    """Facts a PersistentVolumeClaim must show at the end of a run."""
+    """Facts a PersistentVolumeClaim (volumeName, phase) or a ResourceClaim (allocated,
+    devices as "request/pool/device") must show at the end of a run."""
 
     volume_name: str | None = None
     phase: str | None = None
+    allocated: bool | None = None
+    devices: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -736,10 +748,26 @@ def _workload_expectation(raw: Any, where: str) -> WorkloadExpectation:
 
 
 def _claim_expectation(raw: Any, where: str) -> ClaimExpectation:
-    f = _Fields(raw, where, ("volumeName", "phase"))
-    exp = ClaimExpectation(volume_name=f.string("volumeName"), phase=f.string("phase"))
-    if exp.volume_name is None and exp.phase is None:
-        raise ScenarioError(f"{where}: expected volumeName and/or phase")
+    f = _Fields(raw, where, ("volumeName", "phase", "allocated", "devices"))
+    devices = _names(f, "devices")
+    allocated = f.get("allocated", bool)
+    if devices is not None:
+        if allocated is False and devices:
+            raise f.error("devices", "an unallocated claim has no devices")
+        if any(d.count("/") not in (2, 3) for d in devices):
+            raise f.error(
+                "devices", 'expected "request/pool/device" (request: "main/sub") for each'
+            )
+    exp = ClaimExpectation(
+        volume_name=f.string("volumeName"),
+        phase=f.string("phase"),
+        allocated=allocated,
+        devices=devices,
+    )
+    if exp.volume_name is None and exp.phase is None and allocated is None and devices is None:
+        raise ScenarioError(f"{where}: expected volumeName, phase, allocated or devices")
+    if (exp.volume_name or exp.phase) and (allocated is not None or devices is not None):
+        raise ScenarioError(f"{where}: a PersistentVolumeClaim's facts or a ResourceClaim's")
     return exp
 
 
@@ -963,12 +991,42 @@ class ClaimOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceClaimOutcome:
+    """A ResourceClaim at the end of a run: its allocation and reservations."""
+
+    name: str
+    allocated: bool = False
+    devices: tuple[tuple[str, str, str, str, bool], ...] = ()
+    """(request, driver, pool, device, adminAccess) of each result, in order."""
+    node_selector: str | None = None
+    """The allocation's node selector as canonical JSON."""
+    reserved_for: tuple[str, ...] = ()
+    """The names of the pods in status.reservedFor (sorted)."""
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        """The results as "request/pool/device"."""
+        return tuple(f"{r}/{p}/{d}" for r, _, p, d, _ in self.devices)
+
+    def summary(self) -> str:
+        if not self.allocated:
+            return "not allocated"
+        text = ", ".join(
+            f"{r}={drv}/{p}/{d}{' (admin)' if admin else ''}"
+            for r, drv, p, d, admin in self.devices
+        )
+        reserved = ", ".join(self.reserved_for) or "-"
+        return f"allocated {text or '(no devices)'}; reserved for {reserved}"
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """Everything a run is judged by, as seen at one instant."""
 
     pods: Mapping[str, PodOutcome] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadOutcome] = field(default_factory=dict)
     claims: Mapping[str, ClaimOutcome] = field(default_factory=dict)
+    device_claims: Mapping[str, DeviceClaimOutcome] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -979,6 +1037,7 @@ class RunOutcome:
     pods: dict[str, PodOutcome] = field(default_factory=dict)
     workloads: dict[str, WorkloadOutcome] = field(default_factory=dict)
     claims: dict[str, ClaimOutcome] = field(default_factory=dict)
+    device_claims: dict[str, DeviceClaimOutcome] = field(default_factory=dict)
     settled: bool = True
     seconds: float = 0.0
     log_path: Path | None = None
@@ -993,6 +1052,7 @@ class RunOutcome:
         self.pods = dict(seen.pods)
         self.workloads = dict(seen.workloads)
         self.claims = dict(seen.claims)
+        self.device_claims = dict(seen.device_claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1042,7 +1102,8 @@ def compare(scenario: Scenario, ref: RunOutcome, ours: RunOutcome) -> list[Diffe
     and message word for word (unless ``messageMayDiffer``). Workloads: the same
     status counts and the same multiset of pod placements (StatefulSet pods are
     compared by name as above). Claims: the same volumeName, phase and selected
-    node.
+    node. ResourceClaims: the same allocation (devices in order, node selector) and
+    reservations.
     """
     out: list[Difference] = []
     if ref.error or ours.error:
@@ -1089,6 +1150,21 @@ def compare(scenario: Scenario, ref: RunOutcome, ours: RunOutcome) -> list[Diffe
         rc, oc = ref.claims.get(key), ours.claims.get(key)
         if rc != oc:
             out.append(Difference(key, "claim", rc, oc))
+    for key in sorted(set(ref.device_claims) | set(ours.device_claims)):
+        rd, od = ref.device_claims.get(key), ours.device_claims.get(key)
+        if rd != od:
+            out.append(
+                Difference(
+                    key,
+                    "resourceclaim",
+                    rd.summary() if rd else "absent",
+                    od.summary() if od else "absent",
+                )
+            )
+            if rd is not None and od is not None and rd.node_selector != od.node_selector:
+                out.append(
+                    Difference(key, "allocation nodeSelector", rd.node_selector, od.node_selector)
+                )
     return out
 
 
@@ -1138,7 +1214,20 @@ def check_expectations(scenario: Scenario, run: RunOutcome) -> list[Difference]:
         if wexp.nodes is not None and wl.nodes != wexp.nodes:
             out.append(Difference(name, "nodes", list(wexp.nodes), list(wl.nodes), src))
     for key, cexp in scenario.expect_claims.items():
-        claim = run.claims.get(key if "/" in key else f"default/{key}")
+        full = key if "/" in key else f"default/{key}"
+        if cexp.allocated is not None or cexp.devices is not None:
+            dc = run.device_claims.get(full)
+            if dc is None:
+                out.append(Difference(key, "resourceclaim exists", True, False, src))
+                continue
+            if cexp.allocated is not None and dc.allocated != cexp.allocated:
+                out.append(Difference(key, "allocated", cexp.allocated, dc.allocated, src))
+            if cexp.devices is not None and dc.device_names != cexp.devices:
+                out.append(
+                    Difference(key, "devices", list(cexp.devices), list(dc.device_names), src)
+                )
+            continue
+        claim = run.claims.get(full)
         if claim is None:
             out.append(Difference(key, "claim exists", True, False, src))
             continue
@@ -1382,6 +1471,7 @@ class DiffRunner:
         pods = await self.api.list("/api/v1/pods")
         events = await self.api.list("/apis/events.k8s.io/v1/events")
         claims = await self.api.list("/api/v1/persistentvolumeclaims")
+        resource_claims = await self.api.list(f"{_RESOURCE_API}/resourceclaims")
         workloads: dict[str, JSON | None] = {}
         for workload in scenario.workloads:
             path = await self._object_path(workload.obj)
@@ -1407,6 +1497,9 @@ class DiffRunner:
             workloads=workloads,
             replicasets=replicasets,
             claims=[c for c in claims if c["metadata"]["namespace"] in namespaces],
+            resource_claims=[
+                c for c in resource_claims if c["metadata"]["namespace"] in namespaces
+            ],
             uids=outcome.uids,
         )
 
@@ -1552,10 +1645,13 @@ class DiffRunner:
             if ns not in namespaces:
                 continue
             await self.api.delete(f"/api/v1/namespaces/{ns}/persistentvolumeclaims")
+            await self.api.delete(f"{_RESOURCE_API}/namespaces/{ns}/resourceclaims")
             await self.api.delete(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
         for ns in scoped:
-            while ns in namespaces and await self.api.list(
-                f"/api/v1/namespaces/{ns}/persistentvolumeclaims"
+            # the resourceclaim controller removes a claim's finalizer once it is unused
+            while ns in namespaces and (
+                await self.api.list(f"/api/v1/namespaces/{ns}/persistentvolumeclaims")
+                or await self.api.list(f"{_RESOURCE_API}/namespaces/{ns}/resourceclaims")
             ):
                 if loop.time() > deadline:
                     raise TimeoutError(f"claims in {ns} still present 60s after deletion")
@@ -1684,13 +1780,15 @@ def observe(
     workloads: Mapping[str, JSON | None] | None = None,
     replicasets: Sequence[JSON] = (),
     claims: Sequence[JSON] = (),
+    resource_claims: Sequence[JSON] = (),
     uids: Mapping[str, str] | None = None,
 ) -> Observation:
     """The outcome of a run from lists of its objects.
 
     Pods with a known name (absent ones: exists=False, with the events of the uid
     they had, from uids); each workload's status and the placements of the pods it
-    controls (a Deployment's through its ReplicaSets); the claims by "ns/name".
+    controls (a Deployment's through its ReplicaSets); the claims by "ns/name"; the
+    ResourceClaims by "ns/name", or "ns/pod:claim" for one made from a template.
     """
     reasons: dict[str, set[str]] = {}
     for ev in events:
@@ -1745,7 +1843,54 @@ def observe(
             phase=(claim.get("status") or {}).get("phase") or None,
             selected_node=(meta.get("annotations") or {}).get(SELECTED_NODE_ANNOTATION),
         )
-    return Observation(pods=out, workloads=wl_out, claims=claim_out)
+    device_out = {c.name: c for c in (_device_claim_outcome(claim) for claim in resource_claims)}
+    return Observation(pods=out, workloads=wl_out, claims=claim_out, device_claims=device_out)
+
+
+POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
+"""The pod's claim name on a ResourceClaim the controller made from a template."""
+
+
+def _device_claim_outcome(claim: Mapping[str, Any]) -> DeviceClaimOutcome:
+    meta = claim["metadata"]
+    name = str(meta["name"])
+    pod_claim = (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    owner = next(
+        (
+            r
+            for r in meta.get("ownerReferences") or []
+            if r.get("controller") and r.get("kind") == "Pod"
+        ),
+        None,
+    )
+    if pod_claim and owner is not None:
+        name = f"{owner['name']}:{pod_claim}"
+    status = claim.get("status") or {}
+    alloc = status.get("allocation")
+    reserved = tuple(
+        sorted(str(r.get("name")) for r in status.get("reservedFor") or [] if r.get("name"))
+    )
+    key = f"{meta['namespace']}/{name}"
+    if not alloc:
+        return DeviceClaimOutcome(key, reserved_for=reserved)
+    results = ((alloc.get("devices") or {}).get("results")) or []
+    selector = alloc.get("nodeSelector")
+    return DeviceClaimOutcome(
+        key,
+        allocated=True,
+        devices=tuple(
+            (
+                str(r.get("request", "")),
+                str(r.get("driver", "")),
+                str(r.get("pool", "")),
+                str(r.get("device", "")),
+                bool(r.get("adminAccess")),
+            )
+            for r in results
+        ),
+        node_selector=json.dumps(selector, sort_keys=True) if selector is not None else None,
+        reserved_for=reserved,
+    )
 
 
 def _workload_settled(kind: str, obj: Mapping[str, Any], pods: Sequence[PodOutcome]) -> bool:
@@ -1849,6 +1994,14 @@ def format_result(result: ScenarioResult, *, verbose: bool = False) -> str:
                         f"    claim {key} {label}: {c.phase or '-'} volume {c.volume_name or '-'}"
                         f" selected-node {c.selected_node or '-'}"
                     )
+        for key in sorted(set(ref.device_claims) | set(ours.device_claims)):
+            for label, dclaims in (
+                ("reference", ref.device_claims),
+                ("kscheduler", ours.device_claims),
+            ):
+                d = dclaims.get(key)
+                if d is not None:
+                    lines.append(f"    resourceclaim {key} {label}: {d.summary()}")
     for title, diffs in (
         ("differences", result.differences),
         ("reference breaks the scenario's expectations", result.reference_failures),

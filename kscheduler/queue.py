@@ -490,6 +490,21 @@ class SchedulingQueue:
                     return True  # a failing hint must not strand the pod
         return False
 
+    def _gate_lifted(self, qp: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> bool:
+        """A gated pod is worth another PreEnqueue when its gating plugin registered for
+        the event and the plugin's hint (if any) says Queue."""
+        for reg in self._events.get(qp.gated, ()):
+            if not reg.event.matches(event):
+                continue
+            if reg.hint is None:
+                return True
+            try:
+                if reg.hint(qp.pod, old, new) is QueueingHint.QUEUE:
+                    return True
+            except Exception:
+                return True
+        return False
+
     def _requeue(self, qp: QueuedPodInfo, event: str) -> None:
         if self._is_backing_off(qp):
             self._push_backoff(qp, event)
@@ -510,6 +525,9 @@ class SchedulingQueue:
         moved = []
         for uid, qp in self._unschedulable.items():
             if qp.gated:
+                # as upstream: only events the gating plugin registered for, and its hint
+                if self._gate_lifted(qp, event, old, new):
+                    moved.append(uid)
                 continue
             if precheck is not None and not precheck(qp.pod):
                 continue

@@ -365,7 +365,10 @@ class Framework:
             found: dict[int, Status] = {}
             if batch is not None:
                 try:
-                    found = batch(state, pod, todo)
+                    found = {
+                        j: _filter_error(name, st) if st.code == Code.ERROR else st
+                        for j, st in batch(state, pod, todo).items()
+                    }
                 except Exception:
                     batch = None  # node by node, to pin the error on the right node
             if batch is None:
@@ -374,6 +377,9 @@ class Framework:
                         st = single(state, pod, ni)
                     except Exception as exc:
                         st = Status.as_error(exc, name)
+                    else:
+                        if st is not None and st.code == Code.ERROR:
+                            st = _filter_error(name, st)
                     if st is not None and st.code != success:
                         found[j] = st
             if not found:
@@ -489,6 +495,8 @@ class Framework:
             except Exception as exc:
                 return Status.as_error(exc, name)
             if st is not None and st.code != Code.SUCCESS:
+                if st.code == Code.ERROR:
+                    return _filter_error(name, st)
                 if not st.plugin:
                     st.plugin = name
                 return st
@@ -860,3 +868,8 @@ def _call(name: str, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
     except Exception as exc:
         return Status.as_error(exc, name)
+
+
+def _filter_error(plugin: str, st: Status) -> Status:
+    """A Filter's Error status as upstream's framework wraps it (the pod's message)."""
+    return Status.as_error(f'running "{plugin}" filter plugin: {st.message}', plugin)

@@ -240,3 +240,61 @@ async def test_reference_version_reads_the_binary(tmp_path: Path) -> None:
     assert await reference_version(_script(tmp_path, 'echo "Kubernetes v1.2.3"')) == "v1.2.3"
     with pytest.raises(ReferenceVersionError, match="exited 3"):
         await reference_version(_script(tmp_path, "echo nope; exit 3"))
+
+
+def _resource_claim(name: str, devices: list[str], **meta: Any) -> dict[str, Any]:
+    claim: dict[str, Any] = {"metadata": {"name": name, "namespace": "default", **meta}}
+    if devices:
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpus", "driver": "gpu.example.com", "pool": "n0", "device": d}
+                        for d in devices
+                    ]
+                },
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": []}]},
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+        }
+    return claim
+
+
+def test_resource_claims_are_compared_and_expected() -> None:
+    sc = scenario(
+        expectClaims={
+            "gpu": {"devices": ["gpus/n0/gpu-0", "gpus/n0/gpu-1"]},
+            "p:shared": {"allocated": False},
+        }
+    )
+    generated = _resource_claim(
+        "p-shared-x7k2",
+        [],
+        annotations={"resource.kubernetes.io/pod-claim-name": "shared"},
+        ownerReferences=[{"kind": "Pod", "name": "p", "uid": "u", "controller": True}],
+    )
+    ref_seen = observe(
+        sc, pods=[], resource_claims=[_resource_claim("gpu", ["gpu-0", "gpu-1"]), generated]
+    )
+    assert set(ref_seen.device_claims) == {"default/gpu", "default/p:shared"}
+    assert ref_seen.device_claims["default/gpu"].reserved_for == ("p",)
+    ref = run("reference", {}, device_claims=dict(ref_seen.device_claims))
+    ours_seen = observe(
+        sc, pods=[], resource_claims=[_resource_claim("gpu", ["gpu-1", "gpu-0"]), generated]
+    )
+    ours = run("kscheduler", {}, device_claims=dict(ours_seen.device_claims))
+    assert compare(sc, ref, ref) == []
+    diffs = compare(sc, ref, ours)
+    assert [(d.pod, d.field) for d in diffs] == [("default/gpu", "resourceclaim")]
+    assert "gpus=gpu.example.com/n0/gpu-0" in diffs[0].reference
+    assert check_expectations(sc, ref) == []
+    assert [d.field for d in check_expectations(sc, ours)] == ["devices"]
+
+
+def test_resource_claim_expectations_are_checked_when_parsed() -> None:
+    with pytest.raises(ScenarioError, match="request/pool/device"):
+        scenario(expectClaims={"gpu": {"devices": ["n0/gpu-0"]}})
+    with pytest.raises(ScenarioError, match="unallocated claim has no devices"):
+        scenario(expectClaims={"gpu": {"allocated": False, "devices": ["r/n0/gpu-0"]}})
+    with pytest.raises(ScenarioError, match="or a ResourceClaim's"):
+        scenario(expectClaims={"gpu": {"phase": "Bound", "allocated": True}})

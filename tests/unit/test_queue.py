@@ -193,6 +193,39 @@ async def test_gated_pod_waits_until_gates_removed() -> None:
     assert q.counts()["active"] == 1
 
 
+async def test_gated_pod_is_tried_again_on_its_gating_plugins_events() -> None:
+    """As upstream: an event the gating plugin registered for (and its hint lets
+    through) runs PreEnqueue again; other events pass the gated pod by."""
+    claim_add = ClusterEvent(R.RESOURCE_CLAIM, ActionType.ADD, "ResourceClaimAdd")
+    present: set[str] = set()
+
+    def pre_enqueue(p: PodInfo) -> Status | None:
+        if p.name not in present:
+            return Status.unresolvable("claim missing").with_plugin("DynamicResources")
+        return None
+
+    def hint(p: PodInfo, old: object, new: object) -> QueueingHint:
+        return QueueingHint.QUEUE if new == p.name else QueueingHint.SKIP
+
+    q = SchedulingQueue(
+        sort_key=sort_key,
+        pre_enqueue=pre_enqueue,
+        events={"DynamicResources": [ClusterEventWithHint(claim_add, hint)]},
+        clock=Clock(),
+    )
+    q.add(pod("a").build())
+    q.add(pod("b").build())
+    assert q.counts()["gated"] == 2
+    present.add("a")
+    q.move_all_to_active_or_backoff(NODE_ADD)  # not the gating plugin's event
+    assert q.counts()["gated"] == 2
+    q.move_all_to_active_or_backoff(claim_add, None, "b")  # the hint skips a
+    assert q.counts()["gated"] == 2  # b: hint queues it, PreEnqueue still gates it
+    q.move_all_to_active_or_backoff(claim_add, None, "a")
+    assert q.counts() == {"active": 1, "backoff": 0, "unschedulable": 0, "gated": 1}
+    assert (await pop(q)).pod.name == "a"
+
+
 async def test_pod_update_reactivates_unschedulable_pod() -> None:
     clock = Clock()
     q = make_queue(clock)
