@@ -58,6 +58,7 @@ from kscheduler.algorithm import (
 )
 from kscheduler.annotations import recorded_scores
 from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.dra import DEVICE_REPORT_KEY, ClaimDevices
 from kscheduler.framework.interface import SharedLister
 from kscheduler.framework.runtime import Framework
 from kscheduler.framework.status import Code, Status
@@ -147,6 +148,8 @@ class NodeVerdict:
     plugin: str = ""
     scores: dict[str, PluginScore] = field(default_factory=dict)
     total: int | None = None
+    #: what DynamicResources would give each of the pod's claims here (None: not asked)
+    devices: list[ClaimDevices] | None = None
 
     @property
     def feasible(self) -> bool:
@@ -291,6 +294,9 @@ async def evaluate(
             st = absent or Status.unresolvable("not evaluated")
             ex.verdicts.append(NodeVerdict(ni.name, st, "PreFilter", involved_names))
     ex.candidates = len(record.statuses)
+    report = state.get(DEVICE_REPORT_KEY) or {}
+    for v in ex.verdicts:
+        v.devices = report.get(v.node)
     pct = fwk.spec.percentage_of_nodes_to_score
     if pct is None:
         pct = algorithm.percentage_of_nodes_to_score
@@ -505,6 +511,18 @@ def to_dict(ex: Explanation, limit: int | None = None) -> dict[str, Any]:
                     for p, s in v.scores.items()
                 },
                 "total": v.total,
+                "devices": None
+                if v.devices is None
+                else [
+                    {
+                        "claim": c.claim,
+                        "podClaim": c.pod_claim,
+                        "allocated": c.allocated,
+                        "devices": c.devices,
+                        "reason": c.reason or None,
+                    }
+                    for c in v.devices
+                ],
             }
         )
     rejections = [
@@ -667,6 +685,7 @@ def render_table(ex: Explanation, limit: int | None = DEFAULT_LIMIT) -> str:
                 plugin += f" ({v.stage})"
             body.append([v.node, plugin, st.code.label, st.message])
         out += _table(["NODE", "PLUGIN", "CODE", "REASON"], body, right=set())
+    out += _device_lines(rows)
     hidden = len(ex.verdicts) - len(rows)
     if hidden > 0:
         out.append("")
@@ -697,6 +716,26 @@ def render_table(ex: Explanation, limit: int | None = DEFAULT_LIMIT) -> str:
         for n in notes:
             out += _wrap(n)
     return "\n".join(out) + "\n"
+
+
+def _device_lines(rows: Sequence[NodeVerdict]) -> list[str]:
+    """Per shown node, the devices each of the pod's claims would get or why none."""
+    asked = [v for v in rows if v.devices is not None]
+    if not asked:
+        return []
+    out = ["", "DRA devices per node (DynamicResources), for each of the pod's claims:"]
+    for v in asked:
+        out.append(f"  {v.node}:")
+        for c in v.devices or []:
+            head = f"{c.pod_claim} ({c.claim}{', allocated' if c.allocated else ''}): "
+            if c.reason:
+                text = head + "none -- " + c.reason
+                if c.devices:
+                    text += "; its devices: " + ", ".join(c.devices)
+            else:
+                text = head + (", ".join(c.devices) or "no devices")
+            out += _wrap(text, "    ")
+    return out
 
 
 def _answer(ex: Explanation) -> list[str]:

@@ -28,6 +28,7 @@ conditions, per-device node selection, DeviceTaintRules.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,10 @@ class AllocationError(Exception):
 
 class FailedOnNode(Exception):
     """The claims cannot be allocated on this node for a reason worth reporting."""
+
+
+class AllocationTimeout(Exception):
+    """The search passed its deadline (DynamicResourcesArgs.filterTimeout)."""
 
 
 class Unsupported(Exception):
@@ -398,9 +403,21 @@ class Allocator:
         self.allocated = allocated
 
     def allocate(
-        self, node_name: str, labels: Mapping[str, str], claims: Sequence[Mapping[str, Any]]
+        self,
+        node_name: str,
+        labels: Mapping[str, str],
+        claims: Sequence[Mapping[str, Any]],
+        *,
+        deadline: float | None = None,
     ) -> list[dict[str, Any]] | None:
-        return _Run(self, node_name, labels, claims).run()
+        """The claims' allocation results on the node, or None when they do not fit.
+
+        ``deadline`` (``time.monotonic()``): past it, the search stops with
+        :class:`AllocationTimeout` (checked at every step, as upstream checks its
+        context)."""
+        run = _Run(self, node_name, labels, claims)
+        run.deadline = deadline
+        return run.run()
 
 
 class _Run:
@@ -422,6 +439,7 @@ class _Run:
         self.results: list[list[_Result]] = [[] for _ in claims]
         self.allocating: dict[DeviceID, set[int]] = {}
         self.matches: dict[tuple[DeviceID, tuple[int, int, int]], bool] = {}
+        self.deadline: float | None = None
 
     # ---- setup -------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]] | None:
@@ -539,6 +557,8 @@ class _Run:
         self, r: tuple[int, int, int, int], sub_mode: bool, start: tuple[int, int, int]
     ) -> bool:
         ci, ri, si, di = r
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise AllocationTimeout(f"node {self.node_name}: timed out trying to allocate devices")
         if ci >= len(self.claims):
             return True
         requests = _l(_d(_d(self.claims[ci].get("spec")).get("devices")).get("requests"))
@@ -838,4 +858,44 @@ def allocated_devices(claims: Iterable[Mapping[str, Any]]) -> set[DeviceID]:
             out.add(
                 DeviceID(str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
             )
+    return out
+
+
+# --------------------------------------------------------------------------- explain
+
+#: CycleState key of the :data:`DeviceReport` DynamicResources fills when the state
+#: records (``CycleState.record``: ``kscheduler explain``).
+DEVICE_REPORT_KEY = "DynamicResourcesDevices"
+
+
+@dataclass(slots=True)
+class ClaimDevices:
+    """One claim of the pod on one node: the devices it would get, or why none."""
+
+    claim: str
+    """namespace/name of the ResourceClaim."""
+    pod_claim: str
+    """Its name in the pod's spec.resourceClaims."""
+    devices: list[str] = field(default_factory=list)
+    """"request: driver/pool/device" (" (admin access)" appended where so)."""
+    allocated: bool = False
+    """Already allocated before this cycle (the devices are its allocation's)."""
+    reason: str = ""
+    """Why it gets no devices on this node ("" when it gets them)."""
+
+
+#: node name -> the pod's claims on that node, in the pod's order
+DeviceReport = dict[str, list[ClaimDevices]]
+
+
+def result_devices(allocation: Mapping[str, Any]) -> list[str]:
+    """An AllocationResult's devices as "request: driver/pool/device"."""
+    out = []
+    for r in _l(_d(allocation.get("devices")).get("results")):
+        r = _d(r)
+        text = f"{r.get('request', '')}: {r.get('driver', '')}/{r.get('pool', '')}/"
+        text += str(r.get("device", ""))
+        if r.get("adminAccess"):
+            text += " (admin access)"
+        out.append(text)
     return out

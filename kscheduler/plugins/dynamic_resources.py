@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,6 +66,7 @@ from kscheduler.framework import (
     ActionType,
     ClusterEvent,
     ClusterEventWithHint,
+    Code,
     CycleState,
     EventResource,
     Handle,
@@ -79,15 +81,21 @@ from kscheduler.framework import (
     QueueingHint,
     Status,
 )
+from kscheduler.framework.args import Fields
 from kscheduler.framework.dra import (
+    DEVICE_REPORT_KEY,
     FIRST_AVAILABLE_MAX_SIZE,
     AllocationError,
+    AllocationTimeout,
     Allocator,
+    ClaimDevices,
     DeviceID,
+    DeviceReport,
     FailedOnNode,
     Slice,
     Unsupported,
     allocated_devices,
+    result_devices,
 )
 from kscheduler.framework.selectors import NodeSelector, SelectorError
 from kscheduler.framework.signing import SignFragment
@@ -201,12 +209,61 @@ def _rv(obj: Mapping[str, Any]) -> int:
         return 0
 
 
+#: DynamicResourcesFilterTimeoutDefault (the DRASchedulerFilterTimeout gate is on in 1.37)
+DEFAULT_FILTER_TIMEOUT = 10.0
+#: DynamicResourcesBindingTimeoutDefault (DRADeviceBindingConditions and
+#: DRAResourceClaimDeviceStatus are on in 1.37)
+DEFAULT_BINDING_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicResourcesArgs:
+    #: Seconds the allocator may search one node in Filter; 0: no limit.
+    filter_timeout: float = DEFAULT_FILTER_TIMEOUT
+    #: Seconds PreBind would wait for binding conditions (accepted and validated as
+    #: upstream; kscheduler rejects devices with binding conditions, so it never waits).
+    binding_timeout: float = DEFAULT_BINDING_TIMEOUT
+
+
+def _go_duration(seconds: float) -> str:
+    """A rough Go-style rendering of a duration for messages ("-1s", "500ms")."""
+    if seconds != 0 and abs(seconds) < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s"
+
+
+def parse_args(raw: Mapping[str, Any]) -> DynamicResourcesArgs:
+    """DynamicResourcesArgs: ``filterTimeout`` (a duration >= 0, default 10s; 0 turns
+    the limit off) and ``bindingTimeout`` (>= 1s, default 600s), as kube-scheduler
+    1.37 validates them with its default feature gates."""
+    f = Fields(raw)
+    filter_timeout = f.optional_duration("filterTimeout")
+    binding_timeout = f.optional_duration("bindingTimeout")
+    f.done()
+    if filter_timeout is None:
+        filter_timeout = DEFAULT_FILTER_TIMEOUT
+    elif filter_timeout < 0:
+        raise f.error(
+            "filterTimeout",
+            f'Invalid value: "{_go_duration(filter_timeout)}": must be zero or positive',
+        )
+    if binding_timeout is None:
+        binding_timeout = DEFAULT_BINDING_TIMEOUT
+    elif binding_timeout < 1:
+        raise f.error(
+            "bindingTimeout",
+            f'Invalid value: "{_go_duration(binding_timeout)}": must be at least 1 second',
+        )
+    return DynamicResourcesArgs(filter_timeout, binding_timeout)
+
+
 class DynamicResources:
     name = NAME
     required_kinds = (SLICES, CLASSES, CLAIMS)
 
-    def __init__(self, handle: Handle | None) -> None:
+    def __init__(self, handle: Handle | None, args: DynamicResourcesArgs | None = None) -> None:
         self.handle = handle
+        self.args = args or DynamicResourcesArgs()
         #: slice name -> (resourceVersion, parsed): each slice version is parsed once
         self._slices: dict[str, tuple[str, Slice]] = {}
         #: claim uid -> (namespace/name, allocation) between Reserve and PreBind
@@ -216,7 +273,7 @@ class DynamicResources:
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DynamicResources:
-        return cls(handle)
+        return cls(handle, args if isinstance(args, DynamicResourcesArgs) else parse_args({}))
 
     # ---- lookups -----------------------------------------------------------------------
     def _claim(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -305,6 +362,9 @@ class DynamicResources:
     ) -> tuple[PreFilterResult | None, Status | None]:
         s = _State()
         state.write(STATE_KEY, s)
+        if state.record:
+            report: DeviceReport = {}
+            state.write(DEVICE_REPORT_KEY, report)
         if not pod.spec.get("resourceClaims"):
             return None, Status.skip()
         try:
@@ -384,21 +444,90 @@ class DynamicResources:
         allocations: list[dict[str, Any]] = []
         if s.allocator is not None:
             claims = [c.claim for c in s.to_allocate()]
+            failure: Status | None = None
+            timeout = self.args.filter_timeout
+            deadline = time.monotonic() + timeout if timeout > 0 else None
             try:
-                result = s.allocator.allocate(node_info.name, labels, claims)
+                result = s.allocator.allocate(node_info.name, labels, claims, deadline=deadline)
+            except AllocationTimeout as exc:
+                # transient: an Error, so that the pod is retried after a backoff
+                failure = Status.as_error(str(exc))
             except AllocationError as exc:
-                return Status.as_error(str(exc))
+                failure = Status.as_error(str(exc))
             except (FailedOnNode, Unsupported) as exc:
-                return Status.unresolvable(str(exc))
-            if result is None or len(result) != len(claims):
-                return Status.unresolvable(MSG_CANNOT_ALLOCATE)
-            allocations = result
+                failure = Status.unresolvable(str(exc))
+            else:
+                if result is None or len(result) != len(claims):
+                    failure = Status.unresolvable(MSG_CANNOT_ALLOCATE)
+                else:
+                    allocations = result
+            if state.record:
+                self._record(state, s, node_info.name, labels, allocations, unavailable, failure)
+            if failure is not None:
+                return failure
+        elif state.record:
+            self._record(state, s, node_info.name, labels, [], unavailable, None)
         if unavailable:
             s.unavailable.update(unavailable)
             return Status.unresolvable(MSG_NOT_AVAILABLE)
         if s.allocator is not None:
             s.node_allocations[node_info.name] = allocations
         return None
+
+    def _record(
+        self,
+        state: CycleState,
+        s: _State,
+        node: str,
+        labels: Mapping[str, str],
+        allocations: Sequence[Mapping[str, Any]],
+        unavailable: Sequence[int],
+        failure: Status | None,
+    ) -> None:
+        """What each claim would get on the node, for ``kscheduler explain``: the devices,
+        or why none (when the claims do not fit together, each is tried alone to tell
+        which one cannot be allocated on the node at all)."""
+        report: DeviceReport | None = state.get(DEVICE_REPORT_KEY)
+        if report is None:  # written by PreFilter, shared by the cycle's clones
+            return
+        out: list[ClaimDevices] = []
+        fresh = iter(allocations)
+        for i, info in enumerate(s.claims):
+            meta = _meta(info.claim)
+            entry = ClaimDevices(
+                f"{meta.get('namespace', '')}/{meta.get('name', '')}", info.pod_claim
+            )
+            out.append(entry)
+            if info.allocated:
+                entry.allocated = True
+                entry.devices = result_devices(_d(_d(info.claim.get("status")).get("allocation")))
+                if i in unavailable:
+                    entry.reason = MSG_NOT_AVAILABLE
+                continue
+            if failure is None:
+                entry.devices = result_devices(next(fresh, {}))
+                continue
+            if failure.code != Code.UNSCHEDULABLE_AND_UNRESOLVABLE or failure.message != (
+                MSG_CANNOT_ALLOCATE
+            ):
+                entry.reason = failure.message
+                continue
+            assert s.allocator is not None
+            try:
+                alone = s.allocator.allocate(node, labels, [info.claim])
+            except (AllocationError, FailedOnNode, Unsupported) as exc:
+                entry.reason = str(exc)
+                continue
+            if alone:
+                entry.reason = (
+                    "fits alone, but not together with the pod's other claims: "
+                    + ", ".join(result_devices(alone[0]))
+                )
+            else:
+                entry.reason = (
+                    "no free devices on the node satisfy its requests, selectors and constraints"
+                )
+        report[node] = out
 
     # ---- PostFilter --------------------------------------------------------------------
     async def post_filter(
@@ -663,4 +792,4 @@ class DynamicResources:
         return QueueingHint.SKIP
 
 
-ENTRY = PluginEntry(NAME, DynamicResources, DynamicResources.new)
+ENTRY = PluginEntry(NAME, DynamicResources, DynamicResources.new, parse_args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from kscheduler.framework.cel import (
 )
 from kscheduler.framework.dra import (
     AllocationError,
+    AllocationTimeout,
     Allocator,
     DeviceID,
     Slice,
@@ -128,6 +130,23 @@ def test_search_order_is_pool_then_slice_name_then_device() -> None:
         ]
     }
     assert a.allocate("n2", {}, [claim(exact("r", 1))]) is None
+
+
+def test_a_search_past_its_deadline_stops_with_upstreams_message() -> None:
+    # 24 devices, 12 wanted with matching models where only 6 share one: a long search
+    many = [dev(f"gpu-{i}", model=f"m{i % 4}") for i in range(24)]
+    a = Allocator([slice_("big", "big", many)], CLASSES, set())
+    hard = claim(exact("r", 12), constraints=[{"matchAttribute": f"{DRIVER}/model"}])
+    with pytest.raises(
+        AllocationTimeout, match=r"^node big: timed out trying to allocate devices$"
+    ):
+        a.allocate("big", {}, [hard], deadline=time.monotonic() - 1)
+    assert a.allocate("n1", {}, [claim(exact("r", 1))], deadline=time.monotonic() + 60) is None
+    assert picked(
+        Allocator(SLICES, CLASSES, set()).allocate(
+            "n1", {}, [claim(exact("r", 1))], deadline=time.monotonic() + 60
+        )
+    ) == [[("r", "gpu-0")]]
 
 
 def test_taken_devices_and_request_selectors() -> None:

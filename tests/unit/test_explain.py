@@ -457,3 +457,118 @@ def test_simulator_annotations_opt_in_and_profiles() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} accepted")
+
+
+# ---------------------------------------------------------------------------- DRA
+
+
+def _dra_objects() -> FakeObjects:
+    driver = "gpu.example.com"
+
+    def slice_(node_name: str, n: int) -> dict[str, Any]:
+        return {
+            "metadata": {"name": f"{node_name}-gpu", "uid": node_name, "resourceVersion": "1"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node_name,
+                "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}"} for i in range(n)],
+            },
+        }
+
+    def claim(name: str, count: int) -> dict[str, Any]:
+        return {
+            "metadata": {"namespace": "default", "name": name, "uid": f"uid-{name}"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpus", "exactly": {"deviceClassName": "gpu", "count": count}}
+                    ]
+                }
+            },
+        }
+
+    gpu_class = {
+        "metadata": {"name": "gpu"},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+    }
+    return FakeObjects(
+        {
+            "resourceslices": [slice_("big", 3), slice_("mid", 1)],
+            "deviceclasses": [gpu_class],
+            "resourceclaims": [claim("two", 2), claim("one", 1)],
+        }
+    )
+
+
+def _dra_framework() -> tuple[Framework, Snapshot]:
+    registry = in_tree_registry()
+    spec = profile_specs(load_config("", registry=registry))[0]
+    c = Cache()
+    for name in ("big", "mid", "small"):
+        c.add_node(node(name).alloc(cpu="8", memory="16Gi", pods="110").record())
+    snap = Snapshot(c)
+    fwk = Framework(
+        spec,
+        registry,
+        snapshot=snap,
+        objects=_dra_objects(),
+        client=FakeClient(),
+        recorder=FakeRecorder(),
+    )
+    return fwk, snap
+
+
+def _with_claims(*names: str) -> PodInfo:
+    return ours(
+        "gpu-user",
+        "1",
+        resourceClaims=[{"name": f"c-{n}", "resourceClaimName": n} for n in names],
+    )
+
+
+def test_claims_devices_per_node_or_why_none() -> None:
+    fwk, snap = _dra_framework()
+    ex = explain(fwk, snap, _with_claims("two", "one"))
+    by_node = {v.node: v for v in ex.verdicts}
+    assert ex.would_choose == "big"
+    big = by_node["big"].devices
+    assert big is not None
+    assert [(c.pod_claim, c.claim, c.devices, c.reason) for c in big] == [
+        (
+            "c-two",
+            "default/two",
+            ["gpus: gpu.example.com/big/gpu-0", "gpus: gpu.example.com/big/gpu-1"],
+            "",
+        ),
+        ("c-one", "default/one", ["gpus: gpu.example.com/big/gpu-2"], ""),
+    ]
+    mid = by_node["mid"].devices
+    assert mid is not None and [c.devices for c in mid] == [[], []]
+    assert mid[0].reason.startswith("no free devices on the node")
+    assert mid[1].reason == (
+        "fits alone, but not together with the pod's other claims: gpus: gpu.example.com/mid/gpu-0"
+    )
+    small = by_node["small"].devices
+    assert small is not None and all(c.reason.startswith("no free devices") for c in small)
+    text = render_table(ex)
+    assert "DRA devices per node (DynamicResources)" in text
+    assert "c-one (default/one): gpus: gpu.example.com/big/gpu-2" in text
+    assert "c-two (default/two): none -- no free devices on the node" in text
+    got = json.loads(render_json(ex))
+    rows = {r["node"]: r for r in got["verdicts"]}
+    assert rows["big"]["devices"][1] == {
+        "claim": "default/one",
+        "podClaim": "c-one",
+        "allocated": False,
+        "devices": ["gpus: gpu.example.com/big/gpu-2"],
+        "reason": None,
+    }
+
+
+def test_a_pod_without_claims_shows_no_devices() -> None:
+    fwk, snap = _dra_framework()
+    ex = explain(fwk, snap, ours("plain", "1"))
+    assert all(v.devices is None for v in ex.verdicts)
+    assert "DRA devices" not in render_table(ex)
+    assert all(r["devices"] is None for r in json.loads(render_json(ex))["verdicts"])

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from kscheduler.algorithm import Algorithm
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.framework import Code, CycleState, NodeToStatus, PodInfo, Status
+from kscheduler.framework.args import ConfigError
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.runtime import Framework
 from kscheduler.plugins import (
@@ -45,7 +50,7 @@ def test_extension_points() -> None:
             "preBind",
         }
     )
-    assert ENTRY.parse_args is None
+    assert ENTRY.parse_args is dynamic_resources.parse_args
 
 
 async def test_pod_without_claims_skips_then_has_nothing_to_deallocate() -> None:
@@ -132,3 +137,137 @@ async def test_in_a_profile_its_message_comes_before_preemption() -> None:
     assert feasible == []
     assert diagnosis.pre_filter_msg == 'resourceclaim.resource.k8s.io "my-gpu" not found'
     assert diagnosis.unschedulable_plugins == {"DynamicResources"}
+
+
+def test_args_filter_timeout_as_upstream_validates_it() -> None:
+    assert dynamic_resources.parse_args({}) == dynamic_resources.DynamicResourcesArgs(10.0, 600.0)
+    got = dynamic_resources.parse_args({"filterTimeout": "1m30s", "bindingTimeout": "2s"})
+    assert (got.filter_timeout, got.binding_timeout) == (90.0, 2.0)
+    assert dynamic_resources.parse_args({"filterTimeout": "0"}).filter_timeout == 0.0
+    with pytest.raises(ConfigError, match=r'filterTimeout: Invalid value: "-1s": must be zero'):
+        dynamic_resources.parse_args({"filterTimeout": "-1s"})
+    with pytest.raises(ConfigError, match=r'bindingTimeout: Invalid value: "500ms": must be at'):
+        dynamic_resources.parse_args({"bindingTimeout": "500ms"})
+    with pytest.raises(ConfigError, match="filterTimeout: expected duration string"):
+        dynamic_resources.parse_args({"filterTimeout": 10})
+    with pytest.raises(ConfigError, match="unknown field"):
+        dynamic_resources.parse_args({"filterTimeOut": "1s"})
+
+
+def test_filter_past_its_timeout_is_an_error_naming_the_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    driver = "gpu.example.com"
+    objects = FakeObjects(
+        {
+            "resourceslices": [
+                {
+                    "metadata": {"name": "n1-gpu", "uid": "s1", "resourceVersion": "1"},
+                    "spec": {
+                        "driver": driver,
+                        "nodeName": "n1",
+                        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                        "devices": [{"name": "gpu-0"}],
+                    },
+                }
+            ],
+            "deviceclasses": [
+                {
+                    "metadata": {"name": "gpu"},
+                    "spec": {
+                        "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]
+                    },
+                }
+            ],
+            "resourceclaims": [
+                {
+                    "metadata": {"namespace": "default", "name": "my-gpu", "uid": "c1"},
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]
+                        }
+                    },
+                }
+            ],
+        }
+    )
+    ni = node("n1").alloc(cpu="4", pods=110).build()
+    for timeout, want in ((0.0, None), (10.0, None), (10.0, Code.ERROR)):
+        if want is not None:  # the clock jumps 11s between Filter's start and the search
+            ticks = iter([0.0])
+            monkeypatch.setattr(time, "monotonic", lambda t=ticks: next(t, 11.0))
+        args = dynamic_resources.DynamicResourcesArgs(timeout)
+        pl = DynamicResources(_Handle(objects), args)  # type: ignore[arg-type]
+        state = CycleState()
+        assert pl.pre_filter(state, with_claims(), [ni]) == (None, None)
+        st = pl.filter(state, with_claims(), ni)
+        if want is None:
+            assert st is None
+        else:
+            assert st is not None
+            assert (st.code, st.message) == (want, "node n1: timed out trying to allocate devices")
+
+
+def test_an_allocation_error_is_wrapped_as_upstreams_framework_wraps_filter_errors() -> None:
+    driver = "gpu.example.com"
+    objects = FakeObjects(
+        {
+            "resourceslices": [
+                {
+                    "metadata": {"name": "n1-gpu", "uid": "s1", "resourceVersion": "1"},
+                    "spec": {
+                        "driver": driver,
+                        "nodeName": "n1",
+                        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 2},
+                        "devices": [{"name": "gpu-0"}],
+                    },
+                }
+            ],
+            "deviceclasses": [{"metadata": {"name": "gpu"}, "spec": {}}],
+            "resourceclaims": [
+                {
+                    "metadata": {"namespace": "default", "name": "my-gpu", "uid": "c1"},
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "r",
+                                    "exactly": {"deviceClassName": "gpu", "allocationMode": "All"},
+                                }
+                            ]
+                        }
+                    },
+                }
+            ],
+        }
+    )
+    cache = Cache()
+    ni = node("n1").alloc(cpu="4", pods=110).build()
+    assert ni.node is not None
+    cache.add_node(ni.node)
+    fwk, _, _, _ = framework(
+        [priority_sort.ENTRY, dynamic_resources.ENTRY, default_binder.ENTRY],
+        {
+            "queueSort": ["PrioritySort"],
+            "preFilter": ["DynamicResources"],
+            "filter": ["DynamicResources"],
+            "bind": ["DefaultBinder"],
+        },
+        cache=cache,
+        objects=objects,
+    )
+    state = CycleState()
+    p = with_claims()
+    fwk.run_pre_filter(state, p, [ni])
+    want = (
+        'running "DynamicResources" filter plugin: claim default/my-gpu, request r: asks for '
+        "all devices, but resource pool gpu.example.com/n1 is currently being updated"
+    )
+    st = fwk.run_filter(state, p, ni)
+    assert st is not None and (st.code, st.message, st.plugin) == (
+        Code.ERROR,
+        want,
+        "DynamicResources",
+    )
+    found = fwk.run_filters_on(fwk.filters_to_run(state), state, p, [ni])
+    assert found[0].message == want
