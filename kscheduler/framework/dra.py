@@ -20,10 +20,19 @@ and evaluated once per device version and expression (the result is kept on
 the parsed device); a CEL runtime error is an allocation error
 (:class:`AllocationError`), not a non-match.
 
+Partitionable devices: the slices of a pool with ``sharedCounters`` give the
+pool its counter sets (validated as upstream: a duplicate counter set name, or a
+device consuming a counter set or counter that does not exist, make the pool
+invalid); a device with ``consumesCounters`` is taken only while every counter of
+the pool still has enough left once the counters of the devices already
+allocated (in the cluster and in flight) and of those picked so far in this
+search are subtracted. When the node sees only part of a pool, the slices of the
+pool it does not see count too (their allocated devices consume counters).
+
 Not implemented (a claim or node that needs them is rejected with
-:class:`Unsupported`): partitionable devices (``consumesCounters``), consumable
-capacity (``allowMultipleAllocations`` devices, request ``capacity``), binding
-conditions, per-device node selection, DeviceTaintRules.
+:class:`Unsupported`): consumable capacity (``allowMultipleAllocations`` devices,
+request ``capacity``), binding conditions, per-device node selection,
+DeviceTaintRules.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from itertools import chain
 from typing import Any
 
 from kscheduler.framework.cel import (
@@ -40,6 +51,7 @@ from kscheduler.framework.cel import (
     compile_selector,
     make_device_input,
 )
+from kscheduler.framework.quantity import QuantityError, parse_decimal
 from kscheduler.framework.selectors import NodeSelector, SelectorError
 
 #: resourceapi.AllocationResultsMaxSize
@@ -85,6 +97,22 @@ class DeviceID:
 
 
 # ---- parsed slices -------------------------------------------------------------------------
+#: counter name -> value
+Counters = dict[str, Decimal]
+
+
+def _counters(raw: Any, where: str) -> Counters:
+    """``{name: {value: QUANTITY}}`` as exact values; QuantityError names ``where``."""
+    out: Counters = {}
+    for name, c in _d(raw).items():
+        value = c.get("value") if isinstance(c, dict) else c
+        try:
+            out[str(name)] = parse_decimal(str(value))
+        except QuantityError as exc:
+            raise QuantityError(f"{where}, counter {name}: {exc}") from exc
+    return out
+
+
 @dataclass(slots=True, eq=False)
 class Device:
     name: str
@@ -92,7 +120,8 @@ class Device:
     capacity: dict[str, Any]
     taints: tuple[dict[str, Any], ...]
     binding_conditions: bool
-    consumes_counters: bool
+    #: (counter set, counters) per ``consumesCounters`` entry, in order
+    consumes_counters: tuple[tuple[str, Counters], ...]
     allow_multiple_allocations: bool
     raw: dict[str, Any]
     _input: DeviceInput | None = None
@@ -128,8 +157,11 @@ class Slice:
     node_selector_raw: dict[str, Any] | None
     node_selector_error: str
     per_device_node_selection: bool
-    shared_counters: bool
+    #: (counter set name, counters) per ``sharedCounters`` entry, in order
+    shared_counters: tuple[tuple[str, Counters], ...]
     devices: tuple[Device, ...]
+    #: a counter quantity that does not parse (the pool is then invalid)
+    counters_error: str = ""
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> Slice:
@@ -145,8 +177,26 @@ class Slice:
             except SelectorError as exc:
                 err = str(exc)
         devices = []
+        counters_error = ""
+        shared: list[tuple[str, Counters]] = []
+        for cs in _l(spec.get("sharedCounters")):
+            cs = _d(cs)
+            cs_name = str(cs.get("name", ""))
+            try:
+                shared.append((cs_name, _counters(cs.get("counters"), f"counter set {cs_name}")))
+            except QuantityError as exc:
+                counters_error = counters_error or str(exc)
         for d in _l(spec.get("devices")):
             d = _d(d)
+            consumes: list[tuple[str, Counters]] = []
+            for cc in _l(d.get("consumesCounters")):
+                cc = _d(cc)
+                set_name = str(cc.get("counterSet", ""))
+                try:
+                    where = f"device {d.get('name', '')}, counter set {set_name}"
+                    consumes.append((set_name, _counters(cc.get("counters"), where)))
+                except QuantityError as exc:
+                    counters_error = counters_error or str(exc)
             devices.append(
                 Device(
                     name=str(d.get("name", "")),
@@ -154,7 +204,7 @@ class Slice:
                     capacity={str(k): v for k, v in _d(d.get("capacity")).items()},
                     taints=tuple(_d(t) for t in _l(d.get("taints"))),
                     binding_conditions=bool(d.get("bindingConditions")),
-                    consumes_counters=bool(d.get("consumesCounters")),
+                    consumes_counters=tuple(consumes),
                     allow_multiple_allocations=bool(d.get("allowMultipleAllocations")),
                     raw=d,
                 )
@@ -173,8 +223,9 @@ class Slice:
             node_selector_raw=ns_raw if isinstance(ns_raw, dict) else None,
             node_selector_error=err,
             per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
-            shared_counters=bool(spec.get("sharedCounters")),
+            shared_counters=tuple(shared),
             devices=tuple(devices),
+            counters_error=counters_error,
         )
 
 
@@ -182,7 +233,14 @@ class Slice:
 class Pool:
     driver: str
     pool: str
+    #: the pool's slices with devices that reach the node, by name
     slices: list[Slice] = field(default_factory=list)
+    #: the pool's slices with devices that do not reach the node (known only when
+    #: the node's slices alone are not the whole pool): their allocated devices
+    #: consume the pool's counters
+    other_slices: list[Slice] = field(default_factory=list)
+    #: counter set name -> its counters, from the pool's sharedCounters slices
+    counter_sets: dict[str, Counters] = field(default_factory=dict)
     incomplete: bool = False
     invalid: str = ""
     binding_conditions: bool = False
@@ -204,6 +262,51 @@ def _slice_matches_node(s: Slice, node_name: str, labels: Mapping[str, str]) -> 
             )
         return s.node_selector is not None and s.node_selector.matches(labels, node_name)
     return False
+
+
+def _build_pool(pool: Pool, node_slices: list[Slice], whole: list[Slice] | None) -> None:
+    """Fill a complete pool: its device slices (those reaching the node sorted by
+    name, the others kept apart), its counter sets, and whether it is invalid."""
+    node_slices = sorted(node_slices, key=lambda s: s.name)
+    counter_slices = [s for s in node_slices if s.shared_counters]
+    pool.slices = [s for s in node_slices if not s.shared_counters]
+    if whole is not None and len(node_slices) < len(whole):
+        seen = {s.name for s in node_slices}
+        for s in whole:
+            if s.name not in seen:
+                (counter_slices if s.shared_counters else pool.other_slices).append(s)
+    pool.invalid = _pool_problem(pool, counter_slices)
+    pool.binding_conditions = not pool.invalid and any(
+        dev.binding_conditions for s in pool.slices for dev in s.devices
+    )
+
+
+def _pool_problem(pool: Pool, counter_slices: list[Slice]) -> str:
+    """Why the pool is invalid ("" when it is not), checked in upstream's order."""
+    names: set[str] = set()
+    for s in pool.slices:
+        for dev in s.devices:
+            if dev.name in names:
+                return f"duplicate device name {dev.name}"
+            names.add(dev.name)
+    for s in chain(counter_slices, pool.slices, pool.other_slices):
+        if s.counters_error:
+            return s.counters_error
+    for s in counter_slices:
+        for set_name, counters in s.shared_counters:
+            if set_name in pool.counter_sets:
+                return f"duplicate counter set name {set_name}"
+            pool.counter_sets[set_name] = counters
+    for s in chain(pool.slices, pool.other_slices):
+        for dev in s.devices:
+            for set_name, consumed in dev.consumes_counters:
+                have = pool.counter_sets.get(set_name)
+                if have is None:
+                    return f"counter set {set_name} not found"
+                for counter in consumed:
+                    if counter not in have:
+                        return f"counter {counter} not found in counter set {set_name}"
+    return ""
 
 
 def gather_pools(slices: Sequence[Slice], node_name: str, labels: Mapping[str, str]) -> list[Pool]:
@@ -231,34 +334,24 @@ def gather_pools(slices: Sequence[Slice], node_name: str, labels: Mapping[str, s
         gen = pool_slices[0].generation
         count = pool_slices[0].slice_count
         pool = Pool(driver, pool_name)
+        whole: list[Slice] | None = None
         if len(pool_slices) != count:
             newer = False
-            same = 0
+            whole = []
             for s in slices:
                 if s.driver == driver and s.pool == pool_name:
                     if s.generation > gen:
                         newer = True
                         break
                     if s.generation == gen:
-                        same += 1
+                        whole.append(s)
             if newer:
                 continue  # obsolete: a newer generation is being published
-            if same != count:
+            if len(whole) != count:
                 pool.incomplete = True
                 result.append(pool)
                 continue
-        pool.slices = sorted(pool_slices, key=lambda s: s.name)
-        if any(s.shared_counters for s in pool.slices):
-            pool.slices = [s for s in pool.slices if not s.shared_counters]
-        names: set[str] = set()
-        for s in pool.slices:
-            for dev in s.devices:
-                if dev.name in names:
-                    pool.invalid = f"duplicate device name {dev.name}"
-                names.add(dev.name)
-        pool.binding_conditions = any(
-            dev.binding_conditions for s in pool.slices for dev in s.devices
-        )
+        _build_pool(pool, pool_slices, whole)
         (with_conditions if pool.binding_conditions else result).append(pool)
     result.sort(key=lambda p: (p.driver, p.pool))
     with_conditions.sort(key=lambda p: (p.driver, p.pool))
@@ -440,6 +533,10 @@ class _Run:
         self.allocating: dict[DeviceID, set[int]] = {}
         self.matches: dict[tuple[DeviceID, tuple[int, int, int]], bool] = {}
         self.deadline: float | None = None
+        #: pool id -> counter set -> counters left after the allocated devices
+        self.available: dict[str, dict[str, Counters]] = {}
+        #: pool id -> counter set -> counters consumed by the devices picked so far
+        self.consumed: dict[str, dict[str, Counters]] = {}
 
     # ---- setup -------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]] | None:
@@ -592,8 +689,8 @@ class _Run:
         if rd.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE - len(self.results[ci]):
             raise _MaxSizeExceeded
         if rd.all_mode:
-            dev, did, s, _pool = rd.all_devices[di]
-            ok, undo = self._take(r, rd, dev, did, s, must=True)
+            dev, did, s, pool = rd.all_devices[di]
+            ok, undo = self._take(r, rd, dev, did, s, pool, must=True)
             if not ok:
                 return False
             if self._one((ci, ri, si, di + 1), sub_mode, (0, 0, 0)):
@@ -619,7 +716,7 @@ class _Run:
                         continue
                     if not self._selectable(key, rd, dev, did):
                         continue
-                    ok, undo = self._take(r, rd, dev, did, s, must=False)
+                    ok, undo = self._take(r, rd, dev, did, s, pool, must=False)
                     if not ok:
                         continue
                     if self._one((ci, ri, si, di + 1), sub_mode, (pi, sli, dj + 1)):
@@ -683,6 +780,7 @@ class _Run:
         dev: Device,
         did: DeviceID,
         s: Slice,
+        pool: Pool,
         *,
         must: bool,
     ) -> tuple[bool, Any]:
@@ -691,7 +789,12 @@ class _Run:
             return False, None
         if not rd.admin_access and self._in_use(did):
             return False, None
+        counters = bool(dev.consumes_counters)
+        if counters and not self._reserve_counters(pool, dev):
+            return False, None
         if taint_prevents(dev, rd.tolerations):
+            if counters:
+                self._release_counters(pool, dev)
             return False, None
         base = rd.parent or rd.name
         sub = rd.name if rd.parent else ""
@@ -700,6 +803,8 @@ class _Run:
             if not c.add(base, sub, dev, did):
                 for a in reversed(added):
                     a.remove(base, sub)
+                if counters:
+                    self._release_counters(pool, dev)
                 if must:
                     raise AllocationError(
                         f"claim {claim_key(self.claims[ci])}, request {rd.name}: cannot add "
@@ -707,11 +812,6 @@ class _Run:
                     )
                 return False, None
             added.append(c)
-        if dev.consumes_counters:
-            raise Unsupported(
-                f"device {did} consumes shared counters (partitionable devices), which "
-                "kscheduler does not support"
-            )
         if dev.allow_multiple_allocations:
             raise Unsupported(
                 f"device {did} allows multiple allocations (consumable capacity), which "
@@ -729,8 +829,57 @@ class _Run:
             self.allocating[did].discard(ci)
             for a in reversed(added):
                 a.remove(base, sub)
+            if counters:
+                self._release_counters(pool, dev)
 
         return True, undo
+
+    def _available(self, pool: Pool) -> dict[str, Counters]:
+        """The pool's counters less those of its allocated devices (computed once)."""
+        have = self.available.get(pool.id)
+        if have is not None:
+            return have
+        have = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+        for s in chain(pool.slices, pool.other_slices):
+            for dev in s.devices:
+                if not dev.consumes_counters:
+                    continue
+                if DeviceID(s.driver, s.pool, dev.name) not in self.a.allocated:
+                    continue
+                for set_name, consumed in dev.consumes_counters:
+                    left = have.get(set_name)
+                    if left is None:
+                        continue
+                    for counter, value in consumed.items():
+                        if counter in left:
+                            # may go below zero: then nothing is left of it
+                            left[counter] -= value
+        self.available[pool.id] = have
+        return have
+
+    def _reserve_counters(self, pool: Pool, dev: Device) -> bool:
+        """Add the device's counters to those picked so far if every counter of the
+        pool still has enough left; False (nothing added) when one has not."""
+        available = self._available(pool)
+        consumed = self.consumed.setdefault(pool.id, {})
+        for set_name, counters in dev.consumes_counters:
+            used = consumed.setdefault(set_name, {})
+            for counter, value in counters.items():
+                used[counter] = used.get(counter, Decimal(0)) + value
+        for set_name, left in available.items():
+            used = consumed.get(set_name, {})
+            for counter, value in left.items():
+                if value < used.get(counter, 0):
+                    self._release_counters(pool, dev)
+                    return False
+        return True
+
+    def _release_counters(self, pool: Pool, dev: Device) -> None:
+        consumed = self.consumed[pool.id]
+        for set_name, counters in dev.consumes_counters:
+            used = consumed[set_name]
+            for counter, value in counters.items():
+                used[counter] -= value
 
     # ---- result --------------------------------------------------------------------------
     def _result(self, ci: int) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from kscheduler.framework.dra import (
     AllocationTimeout,
     Allocator,
     DeviceID,
+    FailedOnNode,
     Slice,
     Unsupported,
     allocated_devices,
@@ -228,9 +229,9 @@ def test_cel_runtime_error_is_an_allocation_error() -> None:
 
 def test_unsupported_features_are_named() -> None:
     d = dev("a")
-    d["consumesCounters"] = [{"counterSet": "s", "counters": {}}]
+    d["allowMultipleAllocations"] = True
     a = Allocator([slice_("s", "n1", [d])], CLASSES, set())
-    with pytest.raises(Unsupported, match="partitionable"):
+    with pytest.raises(Unsupported, match="consumable capacity"):
         a.allocate("n1", {}, [claim(exact("r"))])
 
 
@@ -281,3 +282,184 @@ def test_semver_order() -> None:
     assert compare_semver("1.0.0-alpha.1", "1.0.0-alpha.beta") == -1
     assert compare_semver("1.0.0+build", "1.0.0") == 0
     assert compare_semver("2.0.0", "1.10.0") == 1
+
+
+# ---- partitionable devices (shared counters) ------------------------------------------------
+def counter_slice(
+    name: str, node: str, sets: dict[str, dict[str, str]], *, pool: str, count: int
+) -> Slice:
+    return Slice.parse(
+        {
+            "metadata": {"name": name, "uid": name, "resourceVersion": "1"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
+                "sharedCounters": [
+                    {"name": s, "counters": {k: {"value": v} for k, v in c.items()}}
+                    for s, c in sets.items()
+                ],
+            },
+        }
+    )
+
+
+def part(
+    name: str, counter_set: str = "gpu-0", memory: str = "20Gi", **attrs: Any
+) -> dict[str, Any]:
+    d = dev(name, **attrs)
+    d["consumesCounters"] = [{"counterSet": counter_set, "counters": {"memory": {"value": memory}}}]
+    return d
+
+
+def partitioned(*devices: dict[str, Any]) -> list[Slice]:
+    """Pool n1: a counter slice (gpu-0 with 40Gi of memory) and a device slice."""
+    return [
+        slice_("n1-devices", "n1", list(devices), pool="n1", count=2),
+        counter_slice("n1-counters", "n1", {"gpu-0": {"memory": "40Gi"}}, pool="n1", count=2),
+    ]
+
+
+HALVES = (part("whole", memory="40Gi"), part("half-0"), part("half-1"))
+
+
+def test_partitions_share_the_counters_of_their_counter_set() -> None:
+    s = partitioned(*HALVES)
+    a = Allocator(s, CLASSES, set())
+    # the whole device first, in slice order
+    assert picked(a.allocate("n1", {}, [claim(exact("r"))])) == [[("r", "whole")]]
+    # two devices: the whole one leaves nothing for a half; the search goes back
+    assert picked(a.allocate("n1", {}, [claim(exact("r", 2))])) == [
+        [("r", "half-0"), ("r", "half-1")]
+    ]
+    assert a.allocate("n1", {}, [claim(exact("r", 3))]) is None
+    # two claims of the same pod share the counters too
+    two = [claim(exact("r")), claim(exact("r"))]
+    assert picked(a.allocate("n1", {}, two)) == [[("r", "half-0")], [("r", "half-1")]]
+
+
+def test_allocated_devices_consume_counters() -> None:
+    s = partitioned(*HALVES)
+    half = DeviceID(DRIVER, "n1", "half-0")
+    a = Allocator(s, CLASSES, {half})
+    # 20Gi left: not enough for the whole device
+    assert picked(a.allocate("n1", {}, [claim(exact("r"))])) == [[("r", "half-1")]]
+    assert a.allocate("n1", {}, [claim(exact("r", 2))]) is None
+    whole = Allocator(s, CLASSES, {DeviceID(DRIVER, "n1", "whole")})
+    assert whole.allocate("n1", {}, [claim(exact("r"))]) is None
+    # allocations with admin access take no device and so no counters
+    admin = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "r",
+                            "driver": DRIVER,
+                            "pool": "n1",
+                            "device": "whole",
+                            "adminAccess": True,
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    free = Allocator(s, CLASSES, allocated_devices([admin]))
+    assert picked(free.allocate("n1", {}, [claim(exact("r"))])) == [[("r", "whole")]]
+
+
+def test_a_rejected_partition_gives_its_counters_back() -> None:
+    taint = [{"key": "broken", "effect": "NoSchedule"}]
+    s = partitioned(part("whole", memory="40Gi", taints=taint), part("half-0"), part("half-1"))
+    a = Allocator(s, CLASSES, set())
+    assert picked(a.allocate("n1", {}, [claim(exact("r", 2))])) == [
+        [("r", "half-0"), ("r", "half-1")]
+    ]
+    # a constraint that turns a partition down gives its counters back too
+    s = partitioned(
+        part("whole", memory="40Gi", model="A"),
+        part("half-0", model="B"),
+        part("half-1", model="B"),
+    )
+    attr = f"{DRIVER}/model"
+    a = Allocator(s, CLASSES, set())
+    both = claim(exact("r", 2), constraints=[{"matchAttribute": attr}])
+    assert picked(a.allocate("n1", {}, [both])) == [[("r", "half-0"), ("r", "half-1")]]
+
+
+def test_all_mode_over_partitions_needs_counters_for_each() -> None:
+    a = Allocator(partitioned(*HALVES), CLASSES, set())
+    assert a.allocate("n1", {}, [claim(exact("r", mode="All"))]) is None
+    b = Allocator(partitioned(*HALVES[1:]), CLASSES, set())
+    assert picked(b.allocate("n1", {}, [claim(exact("r", mode="All"))])) == [
+        [("r", "half-0"), ("r", "half-1")]
+    ]
+
+
+def test_every_counter_of_the_pool_must_have_enough_left() -> None:
+    # as upstream: a counter set overdrawn by allocated devices blocks every
+    # partition of the pool, even one consuming another set
+    s = [
+        slice_(
+            "d",
+            "n1",
+            [part("a0", "a", "10Gi"), part("a1", "a", "10Gi"), part("b0", "b", "10Gi")],
+            pool="n1",
+            count=2,
+        ),
+        counter_slice(
+            "c", "n1", {"a": {"memory": "10Gi"}, "b": {"memory": "10Gi"}}, pool="n1", count=2
+        ),
+    ]
+    taken = {DeviceID(DRIVER, "n1", "a0"), DeviceID(DRIVER, "n1", "a1")}
+    assert Allocator(s, CLASSES, taken).allocate("n1", {}, [claim(exact("r"))]) is None
+    ok = Allocator(s, CLASSES, {DeviceID(DRIVER, "n1", "a0")})
+    assert picked(ok.allocate("n1", {}, [claim(exact("r"))])) == [[("r", "b0")]]
+
+
+def test_counters_of_devices_on_other_nodes_count() -> None:
+    # one pool over two nodes; its counter slice is published for n2
+    s = [
+        slice_("p-n1", "n1", [part("n1-half", memory="30Gi")], pool="p", count=3),
+        slice_("p-n2", "n2", [part("n2-half", memory="30Gi")], pool="p", count=3),
+        counter_slice("p-counters", "n2", {"gpu-0": {"memory": "40Gi"}}, pool="p", count=3),
+    ]
+    assert picked(Allocator(s, CLASSES, set()).allocate("n1", {}, [claim(exact("r"))])) == [
+        [("r", "n1-half")]
+    ]
+    taken = {DeviceID(DRIVER, "p", "n2-half")}
+    assert Allocator(s, CLASSES, taken).allocate("n1", {}, [claim(exact("r"))]) is None
+
+
+@pytest.mark.parametrize(
+    ("devices", "sets"),
+    [
+        ([part("x", "missing")], {"gpu-0": {"memory": "40Gi"}}),
+        ([part("x")], {"gpu-0": {"cores": "4"}}),
+    ],
+    ids=["counter set not found", "counter not found"],
+)
+def test_invalid_counter_references_make_the_pool_invalid(
+    devices: list[dict[str, Any]], sets: dict[str, dict[str, str]]
+) -> None:
+    s = [
+        slice_("d", "n1", devices, pool="n1", count=2),
+        counter_slice("c", "n1", sets, pool="n1", count=2),
+    ]
+    with pytest.raises(FailedOnNode, match="invalid resource pools were encountered"):
+        Allocator(s, CLASSES, set()).allocate("n1", {}, [claim(exact("r"))])
+    with pytest.raises(
+        AllocationError, match=r"resource pool gpu\.example\.com/n1 is currently invalid"
+    ):
+        Allocator(s, CLASSES, set()).allocate("n1", {}, [claim(exact("r", mode="All"))])
+
+
+def test_duplicate_counter_set_names_make_the_pool_invalid() -> None:
+    s = [
+        slice_("d", "n1", [part("x")], pool="n1", count=3),
+        counter_slice("c1", "n1", {"gpu-0": {"memory": "40Gi"}}, pool="n1", count=3),
+        counter_slice("c2", "n1", {"gpu-0": {"memory": "40Gi"}}, pool="n1", count=3),
+    ]
+    with pytest.raises(FailedOnNode, match="invalid resource pools"):
+        Allocator(s, CLASSES, set()).allocate("n1", {}, [claim(exact("r"))])
