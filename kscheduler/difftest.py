@@ -28,6 +28,9 @@ Scenario format::
                                         # controllers write those)
     existingPods:                       # created already bound (node: is spec.nodeName)
       - {name: old, node: n0, cpu: "1", labels: {app: db}}
+      - {name: resized, node: n1, cpu: 500m,  # status: merged into the Running pod's
+         status: {containerStatuses: [{name: main,  # status (subresource); container
+           resources: {requests: {cpu: "1"}}}]}}  # statuses merged by name
     workloads:                          # raw Deployment/ReplicaSet/StatefulSet/DaemonSet
       - {apiVersion: apps/v1, kind: StatefulSet, metadata: {name: db},
          spec: {replicas: 3, selector: ..., template: {metadata: ..., spec: ...}}}
@@ -85,9 +88,10 @@ A run is settled when every pod to schedule is bound or carries
 PodScheduled=False (or was deleted), no pod is terminating, every workload has
 made its pods (or one of them is unschedulable), and nothing observed has
 changed for ``settleSeconds``. Before the scheduler starts, existing pods are
-Running (kwok), every PodDisruptionBudget has been counted by the disruption
-controller and every claim with a volumeName is Bound (the PV controller). The
-reference binary's ``--version`` must be the pinned
+Running (kwok) with their scenario ``status`` merged in, every
+PodDisruptionBudget has been counted by the disruption controller and every
+claim with a volumeName is Bound (the PV controller). The reference binary's
+``--version`` must be the pinned
 :data:`kscheduler.controlplane.binaries.K8S_VERSION`.
 
 Run ``python -m kscheduler.difftest SCENARIO.yaml|DIR ...`` to play scenarios on
@@ -806,8 +810,39 @@ def deep_merge(base: Any, override: Any) -> Any:
     return copy.deepcopy(override)
 
 
+_CONTAINER_STATUS_LISTS: Final = frozenset(
+    {"containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"}
+)
+
+
+def merge_pod_status(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> JSON:
+    """An existing pod's status with a scenario's ``status`` merged in: mappings
+    recursively; the lists of container statuses (containerStatuses,
+    initContainerStatuses, ephemeralContainerStatuses) entry by entry on ``name``
+    (an entry with a new name is appended); any other value replaced."""
+    out: JSON = dict(current)
+    for key, value in wanted.items():
+        have = out.get(key)
+        if key in _CONTAINER_STATUS_LISTS:
+            merged = [dict(c) for c in have or [] if isinstance(c, dict)]
+            for entry in value or []:
+                at = next(
+                    (i for i, c in enumerate(merged) if c.get("name") == entry.get("name")), None
+                )
+                if at is None:
+                    merged.append(copy.deepcopy(entry))
+                else:
+                    merged[at] = deep_merge(merged[at], entry)
+            out[key] = merged
+        elif isinstance(have, dict) and isinstance(value, dict):
+            out[key] = deep_merge(have, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
 def _pods(raw: Any, where: str, *, existing: bool) -> list[JSON]:
-    keys = _POD_KEYS | {"node"} if existing else _POD_KEYS
+    keys = _POD_KEYS | {"node", "status"} if existing else _POD_KEYS
     out = []
     for body in _copies(raw, where):
         f = _Fields(body, where, keys)
@@ -860,6 +895,16 @@ def _pods(raw: Any, where: str, *, existing: bool) -> list[JSON]:
         if "schedulerName" in raw_spec:
             raise f.error("spec.schedulerName", "set by the runner; leave it out")
         pod["spec"] = deep_merge(spec, raw_spec)
+        status = f.mapping("status")
+        if status:
+            for key in sorted(_CONTAINER_STATUS_LISTS):
+                entries = status.get(key)
+                if entries is not None and not (
+                    isinstance(entries, list)
+                    and all(isinstance(c, dict) and c.get("name") for c in entries)
+                ):
+                    raise f.error(f"status.{key}", "expected a list of mappings with a name")
+            pod["status"] = status
         out.append(pod)
     return out
 
@@ -1586,7 +1631,8 @@ class DiffRunner:
                     patch_type="merge",
                 )
         for pod in scenario.existing_pods:
-            made = await self.api.post(_pods_path(pod["metadata"]["namespace"]), pod)
+            body = {k: v for k, v in pod.items() if k != "status"}
+            made = await self.api.post(_pods_path(pod["metadata"]["namespace"]), body)
             outcome.uids[pod["metadata"]["name"]] = made["metadata"]["uid"]
         node_names = {n["metadata"]["name"] for n in scenario.nodes}
         for pod in scenario.existing_pods:
@@ -1596,6 +1642,10 @@ class DiffRunner:
             await self.api.wait_for(
                 path, lambda p: (p.get("status") or {}).get("phase") == "Running", within=30
             )
+            if pod.get("status"):  # e.g. resized: allocated/actuated resources
+                running = await self.api.get(path)
+                status = merge_pod_status(running.get("status") or {}, pod["status"])
+                await self.api.patch(f"{path}/status", {"status": status}, patch_type="merge")
         for obj in scenario.objects:
             path = f"{await self._object_path(obj)}/{obj['metadata']['name']}"
             if obj["kind"] == "PodDisruptionBudget":

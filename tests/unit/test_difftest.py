@@ -15,6 +15,7 @@ from kscheduler.difftest import (
     ScenarioError,
     check_expectations,
     compare,
+    merge_pod_status,
     observe,
     parse_scenario,
     reference_version,
@@ -298,3 +299,49 @@ def test_resource_claim_expectations_are_checked_when_parsed() -> None:
         scenario(expectClaims={"gpu": {"allocated": False, "devices": ["r/n0/gpu-0"]}})
     with pytest.raises(ScenarioError, match="or a ResourceClaim's"):
         scenario(expectClaims={"gpu": {"phase": "Bound", "allocated": True}})
+
+
+def test_an_existing_pods_status_is_kept_for_after_it_runs_and_refused_elsewhere() -> None:
+    resized = {"containerStatuses": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]}
+    sc = scenario(existingPods=[{"name": "v", "node": "n0", "cpu": "500m", "status": resized}])
+    assert sc.existing_pods[0]["status"] == resized
+    assert sc.existing_pods[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "500m"
+    with pytest.raises(ScenarioError, match="status"):
+        scenario(pods=[{"name": "p", "status": resized}])
+    with pytest.raises(ScenarioError, match=r"status\.containerStatuses"):
+        scenario(
+            existingPods=[
+                {"name": "v", "node": "n0", "status": {"containerStatuses": [{"ready": True}]}}
+            ]
+        )
+
+
+def test_merge_pod_status_merges_container_statuses_by_name() -> None:
+    running = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {"name": "main", "ready": True, "resources": {"limits": {"cpu": "2"}}},
+            {"name": "side", "ready": True},
+        ],
+    }
+    wanted = {
+        "containerStatuses": [
+            {"name": "main", "resources": {"requests": {"cpu": "1500m"}}},
+            {"name": "extra", "ready": False},
+        ],
+        "conditions": [{"type": "PodResizePending", "status": "True"}],
+    }
+    merged = merge_pod_status(running, wanted)
+    assert merged["phase"] == "Running"
+    assert merged["conditions"] == [{"type": "PodResizePending", "status": "True"}]
+    assert merged["containerStatuses"] == [
+        {
+            "name": "main",
+            "ready": True,
+            "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "1500m"}},
+        },
+        {"name": "side", "ready": True},
+        {"name": "extra", "ready": False},
+    ]
+    assert running["containerStatuses"][0]["resources"] == {"limits": {"cpu": "2"}}
