@@ -30,7 +30,8 @@ Scenario format::
       - {name: old, node: n0, cpu: "1", labels: {app: db}}
       - {name: resized, node: n1, cpu: 500m,  # status: merged into the Running pod's
          status: {containerStatuses: [{name: main,  # status (subresource); container
-           resources: {requests: {cpu: "1"}}}]}}  # statuses merged by name
+           resources: {requests: {cpu: "1"}}}]}}  # statuses merged by name, conditions
+                                                  # by type
     workloads:                          # raw Deployment/ReplicaSet/StatefulSet/DaemonSet
       - {apiVersion: apps/v1, kind: StatefulSet, metadata: {name: db},
          spec: {replicas: 3, selector: ..., template: {metadata: ..., spec: ...}}}
@@ -818,17 +819,17 @@ _CONTAINER_STATUS_LISTS: Final = frozenset(
 def merge_pod_status(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> JSON:
     """An existing pod's status with a scenario's ``status`` merged in: mappings
     recursively; the lists of container statuses (containerStatuses,
-    initContainerStatuses, ephemeralContainerStatuses) entry by entry on ``name``
-    (an entry with a new name is appended); any other value replaced."""
+    initContainerStatuses, ephemeralContainerStatuses) entry by entry on ``name``,
+    the conditions on ``type`` (an entry with a new name or type is appended); any
+    other value replaced."""
     out: JSON = dict(current)
     for key, value in wanted.items():
         have = out.get(key)
-        if key in _CONTAINER_STATUS_LISTS:
+        if key in _CONTAINER_STATUS_LISTS or key == "conditions":
+            on = "type" if key == "conditions" else "name"
             merged = [dict(c) for c in have or [] if isinstance(c, dict)]
             for entry in value or []:
-                at = next(
-                    (i for i, c in enumerate(merged) if c.get("name") == entry.get("name")), None
-                )
+                at = next((i for i, c in enumerate(merged) if c.get(on) == entry.get(on)), None)
                 if at is None:
                     merged.append(copy.deepcopy(entry))
                 else:
@@ -897,13 +898,14 @@ def _pods(raw: Any, where: str, *, existing: bool) -> list[JSON]:
         pod["spec"] = deep_merge(spec, raw_spec)
         status = f.mapping("status")
         if status:
-            for key in sorted(_CONTAINER_STATUS_LISTS):
+            for key in [*sorted(_CONTAINER_STATUS_LISTS), "conditions"]:
+                on = "type" if key == "conditions" else "name"
                 entries = status.get(key)
                 if entries is not None and not (
                     isinstance(entries, list)
-                    and all(isinstance(c, dict) and c.get("name") for c in entries)
+                    and all(isinstance(c, dict) and c.get(on) for c in entries)
                 ):
-                    raise f.error(f"status.{key}", "expected a list of mappings with a name")
+                    raise f.error(f"status.{key}", f"expected a list of mappings with a {on}")
             pod["status"] = status
         out.append(pod)
     return out

@@ -314,9 +314,11 @@ def test_an_existing_pods_status_is_kept_for_after_it_runs_and_refused_elsewhere
                 {"name": "v", "node": "n0", "status": {"containerStatuses": [{"ready": True}]}}
             ]
         )
+    with pytest.raises(ScenarioError, match=r"status\.conditions.*type"):
+        scenario(existingPods=[{"name": "v", "node": "n0", "status": {"conditions": [{"x": 1}]}}])
 
 
-def test_merge_pod_status_merges_container_statuses_by_name() -> None:
+def test_merge_pod_status_merges_container_statuses_by_name_and_conditions_by_type() -> None:
     running = {
         "phase": "Running",
         "conditions": [{"type": "Ready", "status": "True"}],
@@ -330,11 +332,17 @@ def test_merge_pod_status_merges_container_statuses_by_name() -> None:
             {"name": "main", "resources": {"requests": {"cpu": "1500m"}}},
             {"name": "extra", "ready": False},
         ],
-        "conditions": [{"type": "PodResizePending", "status": "True"}],
+        "conditions": [
+            {"type": "PodResizePending", "status": "True"},
+            {"type": "Ready", "reason": "Resized"},
+        ],
     }
     merged = merge_pod_status(running, wanted)
     assert merged["phase"] == "Running"
-    assert merged["conditions"] == [{"type": "PodResizePending", "status": "True"}]
+    assert merged["conditions"] == [
+        {"type": "Ready", "status": "True", "reason": "Resized"},
+        {"type": "PodResizePending", "status": "True"},
+    ]
     assert merged["containerStatuses"] == [
         {
             "name": "main",
