@@ -96,7 +96,11 @@ for w in $WORKLOADS; do
     read -r dir bench <<<"$(target "$w")"
     echo "== $w: BenchmarkPerfScheduling/$bench ($dir)"
     # the test reads its performance-config.yaml and templates from its own directory
+    # built with -trimpath (to reuse the control plane's build cache), the test
+    # apiserver finds its own package directory the way it does under bazel:
+    # TEST_SRCDIR/TEST_WORKSPACE + the module-relative path
     (cd "$src/test/integration/scheduler_perf/$dir" &&
+        TEST_SRCDIR="$(go env GOMODCACHE)" TEST_WORKSPACE=. \
         PATH="$(dirname "$etcd"):$PATH" "${pin[@]}" "$WORK/$dir.test" \
             -test.run='^$' -test.benchtime=1ns -test.timeout="$TIMEOUT" \
             -test.bench="BenchmarkPerfScheduling/$bench\$" \
