@@ -49,6 +49,7 @@ Scenario format::
       web: {bound: true, node: n1}
       second: {bound: false, messageContains: "Insufficient cpu"}
       preemptor: {bound: true, victims: [old], nominated: n0, events: [Scheduled]}
+      claimant: {node: n1, nominatedDuringRun: n1}  # carried n1 at some poll (0.2 s)
       other: {tie: [n0, n1]}             # equally good nodes: each run's node is one
       worded: {bound: false, messageMayDiffer: "why the wording may differ"}
       db-0: {node: n2}                   # a StatefulSet's pods by name
@@ -180,6 +181,10 @@ class PodExpectation:
     tie: frozenset[str] | None = None
     """Equally good nodes: each run's node must be one of them (they may differ)."""
     nominated: str | None = None
+    nominated_during_run: str | None = None
+    """A nominatedNodeName the pod must have carried at some point while the run went
+    on (NominatedNodeNameForExpectation: set before a PreBind that waits, cleared by
+    the binding), polled every 0.2 s."""
     message: str | None = None
     message_contains: tuple[str, ...] = ()
     message_may_differ: str | None = None
@@ -396,7 +401,8 @@ _POD_KEYS = _keys(
 )
 _EXPECT_KEYS = _keys(
     """
-    bound node tie nominated message messageContains messageMayDiffer victims events
+    bound node tie nominated nominatedDuringRun message messageContains messageMayDiffer
+    victims events
     """
 )
 _WORKLOAD_EXPECT_KEYS = _keys("bound pending ready nodes")
@@ -950,6 +956,7 @@ def _expectation(raw: Any, where: str) -> PodExpectation:
         node=f.string("node"),
         tie=frozenset(tie) if tie is not None else None,
         nominated=f.string("nominated"),
+        nominated_during_run=f.string("nominatedDuringRun"),
         message=f.string("message"),
         message_contains=contains_t,
         message_may_differ=f.string("messageMayDiffer"),
@@ -1091,6 +1098,8 @@ class RunOutcome:
     error: str | None = None
     uids: dict[str, str] = field(default_factory=dict)
     """Pod name -> uid of every pod with a known name, kept after it is deleted."""
+    nominated_seen: dict[str, set[str]] = field(default_factory=dict)
+    """Pod name -> every nominatedNodeName seen on it while the run was polled."""
 
     def deleted(self, names: Iterable[str]) -> set[str]:
         return {n for n in names if n in self.pods and not self.pods[n].exists}
@@ -1234,6 +1243,14 @@ def check_expectations(scenario: Scenario, run: RunOutcome) -> list[Difference]:
             out.append(
                 Difference(name, "nominatedNodeName", exp.nominated, got.nominated_node, src)
             )
+        seen_nominated = run.nominated_seen.get(name, set())
+        if exp.nominated_during_run is not None and exp.nominated_during_run not in seen_nominated:
+            out.append(
+                Difference(
+                    name, "nominated during the run", exp.nominated_during_run,
+                    sorted(seen_nominated), src,
+                )
+            )  # fmt: skip
         if exp.message is not None and got.message != exp.message:
             out.append(Difference(name, "message", exp.message, got.message, src))
         for part in exp.message_contains:
@@ -1496,6 +1513,9 @@ class DiffRunner:
         stable_since = loop.time()
         while True:
             seen = await self._observe(scenario, outcome)
+            for name, polled in seen.pods.items():
+                if polled.nominated_node:
+                    outcome.nominated_seen.setdefault(name, set()).add(polled.nominated_node)
             now = loop.time()
             if seen != last:
                 last, stable_since = seen, now
