@@ -514,7 +514,11 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         for v in exp.victims or ():
             if v not in all_names:
                 raise ScenarioError(f"{where}.victims: no such pod {v!r}")
-        for key, named in (("node", [exp.node]), ("nominated", [exp.nominated])):
+        for key, named in (
+            ("node", [exp.node]),
+            ("nominated", [exp.nominated]),
+            ("nominatedDuringRun", [exp.nominated_during_run]),
+        ):
             for n in named:
                 if n is not None and n not in node_names:
                     raise ScenarioError(f"{where}.{key}: no such node {n!r}")

@@ -64,6 +64,7 @@ def test_a_tie_accepts_two_nodes_of_the_set_and_nothing_else() -> None:
         ({"tie": ["n0", "n1"], "node": "n0"}, "not both"),
         ({"tie": ["n0", "n1"], "bound": False}, "pending"),
         ({"nominated": "n7"}, "no such node"),
+        ({"nominatedDuringRun": "n7"}, "nominatedDuringRun: no such node"),
     ],
 )
 def test_bad_expectations_name_the_field(facts: dict[str, Any], text: str) -> None:
@@ -81,6 +82,16 @@ def test_nominated_node_and_event_reasons_are_compared() -> None:
     b = bound("p", "n0", ("Scheduled",))
     diffs = compare(sc, run("reference", {"p": a}), run("kscheduler", {"p": b}))
     assert [d.field for d in diffs] == ["event reasons"]
+
+
+def test_a_nomination_seen_during_the_run_is_expected() -> None:
+    sc = scenario(pods=[{"name": "p"}], expect={"p": {"nominatedDuringRun": "n1"}})
+    seen = run("kscheduler", {"p": bound("p", "n1")}, nominated_seen={"p": {"n1"}})
+    assert check_expectations(sc, seen) == []
+    never = run("kscheduler", {"p": bound("p", "n1")})
+    assert [d.field for d in check_expectations(sc, never)] == ["nominated during the run"]
+    elsewhere = run("kscheduler", {"p": bound("p", "n1")}, nominated_seen={"p": {"n0"}})
+    assert [d.field for d in check_expectations(sc, elsewhere)] == ["nominated during the run"]
 
 
 def test_victims_events_are_compared_after_deletion() -> None:
