@@ -12,6 +12,7 @@ Scenario format::
 
     name: node-resources-fit            # defaults to the file's stem
     description: one line or more
+    schedulerConfig: {podInitialBackoffSeconds: 30}  # top-level fields, both schedulers
     config:                             # optional profile fragment, both schedulers
       plugins: {score: {disabled: [{name: ImageLocality}]}}
       pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: MostAllocated}}}]
@@ -285,6 +286,8 @@ class Scenario:
     description: str = ""
     path: Path | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
+    scheduler_config: Mapping[str, Any] = field(default_factory=dict)
+    """Top-level KubeSchedulerConfiguration fields for both schedulers (backoffs)."""
     priority_classes: tuple[JSON, ...] = ()
     namespaces: tuple[JSON, ...] = ()
     nodes: tuple[JSON, ...] = ()
@@ -380,10 +383,15 @@ def _keys(text: str) -> frozenset[str]:
 
 _SCENARIO_KEYS = _keys(
     """
-    name description config priorityClasses namespaces nodes objects existingPods workloads pods
+    name description config schedulerConfig priorityClasses namespaces nodes objects existingPods
+    workloads pods
     updates expect expectClaims knownDifference schedulerStartsAfterPods settleSeconds
     timeoutSeconds
     """
+)
+#: Top-level configuration a scenario may set for both schedulers.
+_SCHEDULER_CONFIG_KEYS = frozenset(
+    {"podInitialBackoffSeconds", "podMaxBackoffSeconds", "percentageOfNodesToScore"}
 )
 _NODE_KEYS = _keys(
     """
@@ -437,6 +445,14 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
     if not name:
         raise f.error("name", "required")
     config = f.mapping("config")
+    scheduler_config = f.mapping("schedulerConfig")
+    unknown = sorted(set(scheduler_config) - _SCHEDULER_CONFIG_KEYS)
+    if unknown:
+        raise f.error(
+            "schedulerConfig",
+            f"unknown field(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(_SCHEDULER_CONFIG_KEYS))}",
+        )
     if "schedulerName" in config:
         raise f.error("config.schedulerName", "set by the runner; leave it out")
     classes = tuple(
@@ -538,6 +554,7 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         description=(f.string("description") or "").strip(),
         path=path,
         config=config,
+        scheduler_config=scheduler_config,
         priority_classes=classes,
         namespaces=namespaces,
         nodes=tuple(nodes),
@@ -1384,11 +1401,13 @@ async def running_kscheduler(
             await kube.close()
 
 
-def kscheduler_config(profile: Mapping[str, Any]) -> str:
-    """The KubeSchedulerConfiguration YAML of kscheduler's run: one profile."""
+def kscheduler_config(profile: Mapping[str, Any], top: Mapping[str, Any] | None = None) -> str:
+    """The KubeSchedulerConfiguration YAML of kscheduler's run: one profile, and the
+    top-level fields in top."""
     doc = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
+        **copy.deepcopy(dict(top or {})),
         "profiles": [{"schedulerName": KSCHEDULER, **copy.deepcopy(dict(profile))}],
     }
     return yaml.safe_dump(doc, sort_keys=False)
@@ -1495,13 +1514,16 @@ class DiffRunner:
                 self.cp,
                 scheduler_name=REFERENCE,
                 profile_extra=copy.deepcopy(dict(scenario.config)),
+                config_extra=copy.deepcopy(dict(scenario.scheduler_config)),
             )
             await ref.astart()
             stack.push_async_callback(ref.astop)
             outcome.log_path = ref.process.log_path
         else:
             await stack.enter_async_context(
-                running_kscheduler(self.cp, kscheduler_config(scenario.config))
+                running_kscheduler(
+                    self.cp, kscheduler_config(scenario.config, scenario.scheduler_config)
+                )
             )
 
     async def _settle(

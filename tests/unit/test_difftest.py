@@ -15,6 +15,7 @@ from kscheduler.difftest import (
     ScenarioError,
     check_expectations,
     compare,
+    kscheduler_config,
     merge_pod_status,
     observe,
     parse_scenario,
@@ -364,3 +365,11 @@ def test_merge_pod_status_merges_container_statuses_by_name_and_conditions_by_ty
         {"name": "extra", "ready": False},
     ]
     assert running["containerStatuses"][0]["resources"] == {"limits": {"cpu": "2"}}
+
+
+def test_scheduler_config_is_top_level_for_both_and_checked() -> None:
+    sc = scenario(schedulerConfig={"podInitialBackoffSeconds": 60})
+    assert sc.scheduler_config == {"podInitialBackoffSeconds": 60}
+    assert "podInitialBackoffSeconds: 60" in kscheduler_config({}, sc.scheduler_config)
+    with pytest.raises(ScenarioError, match="schedulerConfig: unknown field"):
+        scenario(schedulerConfig={"profiles": []})
