@@ -924,13 +924,7 @@ def main(argv: list[str] | None = None) -> int:
         limit = DEFAULT_LIMIT if args.output == "table" else None
 
     async def run() -> Explanation:
-        cc = cfg.client_connection
-        kubeconfig = args.kubeconfig or cc.kubeconfig or None
-        try:
-            kube = await DryRunKubeClient.from_kubeconfig(kubeconfig, qps=cc.qps, burst=cc.burst)
-        except Exception as exc:
-            raise ExplainError(f"cannot reach the cluster: {exc}") from exc
-        assert isinstance(kube, DryRunKubeClient)
+        kube = await _connect(args, cfg)
         try:
             return await explain_pod(
                 kube, cfg, registry, ns, name, profile=args.profile, sync_timeout=args.timeout
@@ -945,6 +939,18 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     sys.stdout.write(render(ex, args.output, limit))
     return 1 if ex.error is not None else 0
+
+
+async def _connect(args: argparse.Namespace, cfg: KubeSchedulerConfiguration) -> DryRunKubeClient:
+    """A client that writes nothing, from --kubeconfig or the configuration's."""
+    cc = cfg.client_connection
+    kubeconfig = args.kubeconfig or cc.kubeconfig or None
+    try:
+        kube = await DryRunKubeClient.from_kubeconfig(kubeconfig, qps=cc.qps, burst=cc.burst)
+    except Exception as exc:
+        raise ExplainError(f"cannot reach the cluster: {exc}") from exc
+    assert isinstance(kube, DryRunKubeClient)
+    return kube
 
 
 def _load(args: argparse.Namespace) -> tuple[Registry, KubeSchedulerConfiguration] | int:
@@ -984,13 +990,7 @@ def _main_what_if(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     registry, cfg = loaded
 
     async def run() -> WhatIf:
-        cc = cfg.client_connection
-        kubeconfig = args.kubeconfig or cc.kubeconfig or None
-        try:
-            kube = await DryRunKubeClient.from_kubeconfig(kubeconfig, qps=cc.qps, burst=cc.burst)
-        except Exception as exc:
-            raise ExplainError(f"cannot reach the cluster: {exc}") from exc
-        assert isinstance(kube, DryRunKubeClient)
+        kube = await _connect(args, cfg)
         try:
             return await what_if(
                 kube,
