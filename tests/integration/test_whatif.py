@@ -62,19 +62,21 @@ def controller(kind: str, name: str, replicas: int | None, tmpl: dict[str, Any])
     }
 
 
-async def what_if(
+async def run_explain(
     cp: ControlPlane,
     tmp: Path,
     namespace: str,
-    *docs: dict[str, Any],
+    docs: tuple[dict[str, Any], ...],
+    *,
     extra: tuple[str, ...] = (),
     kubeconfig: Path | None = None,
-) -> dict[str, Any]:
-    """explain -f (one file per document, in order) -o json, as the scheduler's identity
-    unless ``kubeconfig`` says otherwise."""
+    prefix: str = "doc",
+) -> tuple[int, bytes, str]:
+    """explain -f (one file per document, in order), as the scheduler's identity unless
+    ``kubeconfig`` says otherwise: (exit status, stdout, stderr)."""
     args: list[str] = []
     for i, d in enumerate(docs):
-        f = tmp / f"doc-{i}.yaml"
+        f = tmp / f"{prefix}-{i}.yaml"
         f.write_text(yaml.safe_dump(d))
         args += ["-f", str(f)]
     proc = await asyncio.create_subprocess_exec(
@@ -86,8 +88,6 @@ async def what_if(
         *extra,
         "-n",
         namespace,
-        "-o",
-        "json",
         "--kubeconfig",
         str(kubeconfig or cp.scheduler_kubeconfig),
         cwd=ROOT,
@@ -95,7 +95,23 @@ async def what_if(
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()
+    assert proc.returncode is not None
+    return proc.returncode, out, err.decode()
+
+
+async def what_if(
+    cp: ControlPlane,
+    tmp: Path,
+    namespace: str,
+    *docs: dict[str, Any],
+    extra: tuple[str, ...] = (),
+    kubeconfig: Path | None = None,
+) -> dict[str, Any]:
+    """explain -f ... -o json; it must succeed."""
+    rc, out, err = await run_explain(
+        cp, tmp, namespace, docs, extra=(*extra, "-o", "json"), kubeconfig=kubeconfig
+    )
+    assert rc == 0, err
     data: dict[str, Any] = json.loads(out)
     return data
 
@@ -103,29 +119,10 @@ async def what_if(
 async def what_if_fails(
     cp: ControlPlane, tmp: Path, namespace: str, *docs: dict[str, Any]
 ) -> tuple[int, str]:
-    args: list[str] = []
-    for i, d in enumerate(docs):
-        f = tmp / f"bad-{i}.yaml"
-        f.write_text(yaml.safe_dump(d))
-        args += ["-f", str(f)]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kscheduler",
-        "explain",
-        *args,
-        "-n",
-        namespace,
-        "--kubeconfig",
-        str(cp.scheduler_kubeconfig),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    """explain -f ... that must print nothing on stdout: (exit status, stderr)."""
+    rc, out, err = await run_explain(cp, tmp, namespace, docs, prefix="bad")
     assert out == b""
-    assert proc.returncode is not None
-    return proc.returncode, err.decode()
+    return rc, err
 
 
 async def apply(rest: RestClient, namespace: str, doc: dict[str, Any]) -> None:
