@@ -8,7 +8,7 @@ from typing import Any
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.framework.registry import PluginEntry, Registry
 from kscheduler.framework.runtime import Framework, ProfileSpec
-from kscheduler.framework.types import PodInfo
+from kscheduler.framework.types import PodInfo, QueuedPodInfo
 
 
 class FakeObjects:
@@ -100,3 +100,12 @@ def framework(
         recorder=rec,
     )
     return fwk, snap, client, rec
+
+
+class Sort:
+    """A QueueSort plugin: first in, first out."""
+
+    name = "Sort"
+
+    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
+        return a.timestamp < b.timestamp

@@ -12,16 +12,9 @@ from kscheduler.algorithm import Algorithm, FitError, num_feasible_nodes_to_find
 from kscheduler.cache import Cache
 from kscheduler.framework import CycleState, PluginEntry, Status
 from kscheduler.framework.interface import PreFilterResult
-from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
+from kscheduler.framework.types import NodeInfo, PodInfo
 from tests.unit.builders import node, pod
-from tests.unit.fakes import framework
-
-
-class Sort:
-    name = "Sort"
-
-    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-        return a.timestamp < b.timestamp
+from tests.unit.fakes import Sort, framework
 
 
 class Bind:

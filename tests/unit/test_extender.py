@@ -39,12 +39,12 @@ from kscheduler.extender import (
 )
 from kscheduler.framework import Code, CycleState, NodeToStatus, PluginEntry, Status
 from kscheduler.framework.parse import parse_pod
-from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
+from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.plugins import in_tree_registry
 from kscheduler.queue import SchedulingQueue
 from kscheduler.scheduler import Scheduler
 from tests.unit.builders import node, pod
-from tests.unit.fakes import FakeClient, framework
+from tests.unit.fakes import FakeClient, Sort, framework
 
 Handler = Callable[[dict[str, Any]], Any]
 
@@ -366,13 +366,6 @@ async def test_process_preemption(server: ExtenderServer, closing: list[HTTPExte
 
 
 # ---- in the cycle ------------------------------------------------------------------------
-
-
-class Sort:
-    name = "Sort"
-
-    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-        return a.timestamp < b.timestamp
 
 
 class FitCPU:

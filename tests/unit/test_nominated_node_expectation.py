@@ -16,18 +16,11 @@ from kscheduler.framework import CycleState, PluginEntry, PreBindPreFlightResult
 from kscheduler.framework import features as ft
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.status import Code
-from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
+from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.queue import SchedulingQueue
 from kscheduler.scheduler import Scheduler
 from tests.unit.builders import node, pod
-from tests.unit.fakes import FakeClient, framework
-
-
-class Sort:
-    name = "Sort"
-
-    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-        return a.timestamp < b.timestamp
+from tests.unit.fakes import FakeClient, Sort, framework
 
 
 class Fit:

@@ -7,18 +7,11 @@ import asyncio
 from kscheduler.algorithm import Algorithm
 from kscheduler.cache import Cache
 from kscheduler.framework import CycleState, PluginEntry, Status
-from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
+from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.queue import SchedulingQueue
 from kscheduler.scheduler import Scheduler
 from tests.unit.builders import node, pod
-from tests.unit.fakes import FakeClient, framework
-
-
-class Sort:
-    name = "Sort"
-
-    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-        return a.timestamp < b.timestamp
+from tests.unit.fakes import FakeClient, Sort, framework
 
 
 class Fit:

@@ -13,7 +13,7 @@ from kscheduler.framework import Code, CycleState, PluginEntry, Status
 from kscheduler.framework.args import ConfigError
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.runtime import Framework
-from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
+from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.plugins import in_tree_registry
 from kscheduler.plugins.coscheduling import (
     ENTRY,
@@ -29,6 +29,7 @@ from kscheduler.plugins.coscheduling import (
 from kscheduler.queue import SchedulingQueue
 from kscheduler.scheduler import PODS_TO_ACTIVATE_KEY as SCHEDULER_KEY
 from kscheduler.scheduler import Scheduler
+from tests.unit.fakes import Sort
 
 from ..builders import node, pod
 from ..fakes import FakeClient, framework
@@ -41,13 +42,6 @@ def member(name: str, group: str = "g", need: int | str = 3, cpu: str = "1") -> 
     raw["metadata"]["labels"] = {LABEL_POD_GROUP: group, LABEL_MIN_AVAILABLE: str(need)}
     raw["spec"]["schedulerName"] = SCHED
     return parse_pod(raw)
-
-
-class Sort:
-    name = "Sort"
-
-    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-        return a.timestamp < b.timestamp
 
 
 class FitCPU:
