@@ -52,8 +52,10 @@ from tests.container.docker import Docker, base_image, docker_engine, kscheduler
 from tests.integration.runner import wait_for
 from tests.integration.test_rbac import (  # noqa: F401  (identity is a fixture)
     Identity,
+    all_bound,
     collection_path,
     container,
+    holder_of,
     identity,
     manifests,
     relocated,
@@ -386,18 +388,10 @@ async def test_two_replicas_in_containers(
     await create_nodes(rest, [make_node(f"ctr-{i}", cpu="8") for i in range(3)])
 
     async def holder() -> str:
-        try:
-            lease = await rest.get(lease_path)
-        except ApiError as exc:
-            if exc.status == 404:
-                return ""
-            raise
-        return str(lease["spec"].get("holderIdentity") or "")
+        return await holder_of(rest, lease_path)
 
     async def pods_bound(names: list[str]) -> bool:
-        pods = await rest.list(f"/api/v1/namespaces/{ns}/pods")
-        nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
-        return all(nodes.get(n) for n in names)
+        return await all_bound(rest, ns, names)
 
     async def make(prefix: str, count: int) -> list[str]:
         names = [f"{prefix}-{i}" for i in range(count)]

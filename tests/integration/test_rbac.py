@@ -673,6 +673,24 @@ async def http_get(session: aiohttp.ClientSession, r: Replica, path: str) -> tup
         return 0, ""
 
 
+async def holder_of(rest: RestClient, lease_path: str) -> str:
+    """The Lease's holderIdentity; "" when it is free or does not exist."""
+    try:
+        lease = await rest.get(lease_path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return ""
+        raise
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+async def all_bound(rest: RestClient, ns: str, names: list[str]) -> bool:
+    """Whether every named pod of ns is bound to a node."""
+    pods = await rest.list(f"/api/v1/namespaces/{ns}/pods")
+    nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
+    return all(nodes.get(n) for n in names)
+
+
 async def exercise_other_writes(
     rest: RestClient, ns: str, scheduler_name: str, cluster_objects: list[str]
 ) -> None:
@@ -805,18 +823,10 @@ async def test_kscheduler_runs_on_the_service_account_token_with_leader_election
     await create_nodes(rest, [make_node("rbac-1", cpu="4"), make_node("rbac-2", cpu="4")])
 
     async def lease_holder() -> str:
-        try:
-            lease = await rest.get(lease_path)
-        except ApiError as exc:
-            if exc.status == 404:
-                return ""
-            raise
-        return str(lease["spec"].get("holderIdentity") or "")
+        return await holder_of(rest, lease_path)
 
     async def bound(names: list[str]) -> bool:
-        pods = await rest.list(f"/api/v1/namespaces/{ns}/pods")
-        nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
-        return all(nodes.get(n) for n in names)
+        return await all_bound(rest, ns, names)
 
     async def scheduled_events(names: list[str]) -> bool:
         events = await rest.list(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
