@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import heapq
 import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -63,8 +64,9 @@ from kscheduler.explain import (
 )
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.parse import parse_pod
+from kscheduler.framework.selectors import LabelSelector
 from kscheduler.framework.status import Code
-from kscheduler.framework.types import PodInfo
+from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.kube import ApiError
 from kscheduler.manifests import (
     Document,
@@ -76,6 +78,8 @@ from kscheduler.manifests import (
     pdb_selector,
     workload,
 )
+from kscheduler.plugins import inter_pod_affinity as ipa
+from kscheduler.plugins import pod_topology_spread as pts
 
 if TYPE_CHECKING:
     from kscheduler.app import SchedulerApp
@@ -86,7 +90,7 @@ if TYPE_CHECKING:
 JSON = dict[str, Any]
 
 #: Filter plugins whose verdict on a node depends only on that node and the pod
-#: (given the conditions checked in :func:`_node_local`).
+#: (given the conditions checked in :func:`_plan`).
 NODE_LOCAL_FILTERS = frozenset(
     {
         "NodeUnschedulable",
@@ -146,13 +150,16 @@ class MaxResult:
     workload: str
     count: int
     per_node: dict[str, int]
-    #: "per-node" (node-local filters) or "cycle-by-cycle"
+    #: "per-node" (node-local filters), "per-domain" (one spread constraint or
+    #: anti-affinity term selects the copies) or "cycle-by-cycle"
     method: str
-    #: why the per-node count could not be used ("" when it was)
+    #: why the copies were placed cycle by cycle ("" when they were not)
     why_cycles: str
     seconds: float
     #: the first copy that fits nowhere
     next: Placement | None = None
+    #: per-domain: the rule counted by
+    basis: str = ""
 
 
 @dataclass(slots=True)
@@ -432,9 +439,11 @@ async def place_documents(
     priority_classes: list[JSON] | None,
     profile: str | None = None,
     max_mode: bool = False,
+    max_method: str = "auto",
 ) -> WhatIf:
     """The what-if over ``app``'s cache and informer stores as they are (listed, not
-    running); ``kube`` is the app's client, which keeps PostFilter's writes."""
+    running); ``kube`` is the app's client, which keeps PostFilter's writes.
+    ``max_method="cycles"`` places every --max copy cycle by cycle (to compare)."""
     classes = priority_classes
     workloads = [(d, workload(d)) for d in docs if d.kind in _POD_KINDS]
     if max_mode and not workloads:
@@ -486,7 +495,7 @@ async def place_documents(
                 )
     if max_mode:
         doc, w = workloads[-1]
-        result.max = await _max(s, doc, w)
+        result.max = await _max(s, doc, w, method=max_method)
     if not result.profile and len(app.frameworks) == 1:
         result.profile = next(iter(app.frameworks))
     return result
@@ -498,74 +507,359 @@ _POD_KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSe
 # --------------------------------------------------------------------------- --max
 
 
-def _node_local(fwk: Framework, state: CycleState, pod: PodInfo) -> str:
-    """ "" when every filter that runs for ``pod`` is node-local, else why not."""
-    for name, _, _ in fwk.filters_to_run(state):
-        if name == "PodTopologySpread":
-            return "the pod has DoNotSchedule topology spread constraints"
-        if name not in NODE_LOCAL_FILTERS:
-            return f"filter {name} may depend on other nodes"
-        if name == "InterPodAffinity" and (pod.required_affinity or pod.required_anti_affinity):
-            return "the pod has required pod affinity or anti-affinity"
+@dataclass(slots=True)
+class _Plan:
+    """How --max counts the copies of a pod from the cycle state of one PreFilter."""
+
+    #: "per-node", "per-domain", "first-copy" (place one copy cycle by cycle, then
+    #: plan again) or "cycle-by-cycle"
+    method: str
+    #: cycle-by-cycle: why the copies cannot be counted
+    why: str = ""
+    #: per-domain: the topology key whose domains are counted, and the rule
+    key: str = ""
+    basis: str = ""
+    #: per-domain: the index of the spread constraint in PodTopologySpread's state,
+    #: or -1 for required anti-affinity to the pod's own copies
+    spread: int = -1
+
+
+def _cycles(why: str) -> _Plan:
+    return _Plan("cycle-by-cycle", why=why)
+
+
+def _selector_keys(sel: LabelSelector) -> set[str]:
+    return {k for k, _ in sel.match_labels} | {r.key for r in sel.requirements}
+
+
+def _varying_labels(w: Workload) -> set[str]:
+    """Label keys whose value differs from copy to copy (a StatefulSet's pod name)."""
+    a = (w.pod(0)["metadata"].get("labels") or {}).items()
+    b = (w.pod(1)["metadata"].get("labels") or {}).items()
+    return {k for k, _ in a ^ b}
+
+
+def _plan(fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str]) -> _Plan:
+    """Which counting is exact for copies of ``pod`` (see the module's docstring).
+
+    A filter is node-local when a copy placed on one node changes no other node's
+    verdict. PodTopologySpread and InterPodAffinity are node-local for a pod its
+    own constraints do not select (their counts never change); a copy a
+    DoNotSchedule constraint selects raises its domain's count, and one that a
+    required anti-affinity term selects closes its domain; required affinity
+    changes nothing once a pod it selects exists.
+    """
+    names = [name for name, _, _ in fwk.filters_to_run(state)]
+    for name in names:
+        if name not in NODE_LOCAL_FILTERS and name != pts.NAME:
+            return _cycles(f"filter {name} may depend on other nodes")
     spec = pod.raw.get("spec") or {}
     for v in spec.get("volumes") or []:
         if isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v):
-            return "the pod mounts claims"
+            return _cycles("the pod mounts claims")
     if spec.get("resourceClaims"):
-        return "the pod has resource claims"
-    return ""
+        return _cycles("the pod has resource claims")
+    spread = state.get(pts.PRE_FILTER_KEY) if pts.NAME in names else None
+    affinity = state.get(ipa.PRE_FILTER_KEY) if ipa.NAME in names else None
+    if spread is not None and not isinstance(spread, pts.FilterState):
+        return _cycles("the topology spread state is not readable")
+    if affinity is not None and not isinstance(affinity, ipa.FilterState):
+        return _cycles("the inter-pod affinity state is not readable")
+    selectors: list[LabelSelector] = []
+    dynamic: list[int] = []
+    if spread is not None:
+        for i, c in enumerate(spread.constraints):
+            if c.selector is not None:
+                selectors.append(c.selector)
+            if spread.self_match[i] and c.counts_pods:
+                dynamic.append(i)
+    anti_keys: set[str] = set()
+    first = False
+    if affinity is not None:
+        selectors += [t.selector for t in (*affinity.affinity, *affinity.anti_affinity)]
+        anti_keys = {t.topology_key for t in affinity.anti_affinity if t.matches(pod)}
+        first = bool(affinity.affinity) and not affinity.affinity_counts and affinity.self_match
+        if varying and affinity.existing_anti_affinity_counts:
+            return _cycles(
+                "the copies' labels differ and existing pods' anti-affinity selects the pod"
+            )
+    if varying and any(_selector_keys(sel) & varying for sel in selectors):
+        return _cycles(
+            f"the copies differ in label(s) {', '.join(sorted(varying))}, which a "
+            "constraint of the pod selects on"
+        )
+    if dynamic and anti_keys:
+        return _cycles(
+            "the pod has DoNotSchedule topology spread and required anti-affinity "
+            "that select its own copies"
+        )
+    if len(dynamic) > 1:
+        return _cycles("the pod has several DoNotSchedule topology spread constraints")
+    if len(anti_keys) > 1:
+        return _cycles(
+            "the pod's required anti-affinity to its own copies has several topology keys"
+        )
+    if first:
+        return _Plan("first-copy")
+    if dynamic:
+        assert spread is not None
+        c = spread.constraints[dynamic[0]]
+        return _Plan(
+            "per-domain",
+            key=c.topology_key,
+            basis=f"DoNotSchedule topology spread over {c.topology_key}, maxSkew {c.max_skew}",
+            spread=dynamic[0],
+        )
+    if anti_keys:
+        (key,) = anti_keys
+        return _Plan(
+            "per-domain",
+            key=key,
+            basis=f"required anti-affinity to its own copies over {key}: one per domain",
+        )
+    return _Plan("per-node")
 
 
-async def _max(s: _Session, doc: Document, w: Workload) -> MaxResult:
-    app = s.app
-    started = time.perf_counter()
-    app.snapshot.update()
-    raw0 = w.pod(0)
-    probe = s.admit(doc, copy.deepcopy(raw0))
-    fwk = s.framework(probe)
-    state = CycleState()
-    nodes = app.snapshot.node_infos()
-    pre, status, _ = fwk.run_pre_filter(state, probe, nodes)
-    why = "" if status is not None else _node_local(fwk, state, probe)
-    per_node: Counter[str] = Counter()
-    count = 0
-    if status is None and not why:
-        method = "per-node"
-        candidates = nodes
-        if pre is not None and pre.node_names is not None:
-            candidates = [ni for ni in nodes if ni.name in pre.node_names]
-        for ni in candidates:
-            while True:
-                if fwk.run_filter_with_nominated_pods(state, probe, ni) is not None:
-                    break
-                name = w.pod_name(count)
-                copy_ = dataclasses.replace(
+def _fill(
+    s: _Session,
+    fwk: Framework,
+    state: CycleState,
+    probe: PodInfo,
+    nodes: Sequence[NodeInfo],
+    names: Iterator[str],
+    limit: Callable[[NodeInfo], int | None],
+) -> dict[str, list[PodInfo]]:
+    """Assume copies of ``probe`` on each node until the filters (the cycle state of
+    one PreFilter) reject the next or ``limit(node)`` is reached: the copies per node."""
+    out: dict[str, list[PodInfo]] = {}
+    for ni in nodes:
+        most = limit(ni)
+        placed: list[PodInfo] = []
+        while most is None or len(placed) < most:
+            if fwk.run_filter_with_nominated_pods(state, probe, ni) is not None:
+                break
+            name = next(names)
+            copy_ = dataclasses.replace(
+                probe,
+                uid=fake_uid("pod", probe.namespace, name),
+                name=name,
+                node_name=ni.name,
+                ext={},
+            )
+            s.app.cache.assume(copy_)
+            placed.append(copy_)
+        if placed:
+            out[ni.name] = placed
+    return out
+
+
+def spread_quotas(
+    counts: Mapping[str, int], capacity: Mapping[str, int], max_skew: int, min_domains: int
+) -> dict[str, int]:
+    """Copies each domain takes under one DoNotSchedule constraint that selects them.
+
+    ``counts``: matching pods per eligible domain; ``capacity``: copies each domain's
+    nodes take by every other filter. A copy fits a domain with room while its
+    count + 1 - the smallest count (0 with fewer than ``min_domains`` domains) is at
+    most ``max_skew``. Counts only grow, so the smallest never falls, and where the
+    placing ends every domain with room is at the smallest final count + maxSkew
+    (or above it from the start) and every other is full: one end, whatever the
+    order. Filling the least-counted domain first reaches it.
+    """
+    floor0 = len(counts) < min_domains
+    left = {z: capacity.get(z, 0) for z in counts}
+    heap = [(n, z) for z, n in counts.items() if left[z] > 0]
+    heapq.heapify(heap)
+    full_min = min((n for z, n in counts.items() if left[z] <= 0), default=None)
+    quota: dict[str, int] = {}
+    while heap:
+        n, z = heap[0]
+        smallest = 0 if floor0 else (n if full_min is None else min(n, full_min))
+        if n + 1 - smallest > max_skew:
+            break
+        heapq.heappop(heap)
+        quota[z] = quota.get(z, 0) + 1
+        left[z] -= 1
+        if left[z] > 0:
+            heapq.heappush(heap, (n + 1, z))
+        elif full_min is None or n + 1 < full_min:
+            full_min = n + 1
+    return quota
+
+
+def _spread_out(quota: int, nodes: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """``quota`` copies over (node, room) in a domain: each to the node with the most
+    room left (as the resource scores favour the emptier node), ties in node order."""
+    heap = [(-room, i, name) for i, (name, room) in enumerate(nodes) if room > 0]
+    heapq.heapify(heap)
+    out: dict[str, int] = {}
+    for _ in range(quota):
+        room, i, name = heapq.heappop(heap)
+        out[name] = out.get(name, 0) + 1
+        if room + 1 < 0:
+            heapq.heappush(heap, (room + 1, i, name))
+    return out
+
+
+def _per_domain(
+    s: _Session,
+    fwk: Framework,
+    state: CycleState,
+    probe: PodInfo,
+    nodes: Sequence[NodeInfo],
+    plan: _Plan,
+    names: Callable[[], Iterator[str]],
+) -> dict[str, int] | None:
+    """Copies per node under ``plan`` (assumed in the cache), or None when a node
+    with room lies outside the domains the constraint counts."""
+    key = plan.key
+    fill_state = state
+    spread: pts.FilterState | None = None
+    if plan.spread >= 0:
+        spread = state.read(pts.PRE_FILTER_KEY)
+        assert isinstance(spread, pts.FilterState)
+        i = plan.spread
+        rest = [j for j in range(len(spread.constraints)) if j != i]
+        fill_state = state.clone()
+        fill_state.write(
+            pts.PRE_FILTER_KEY,
+            pts.FilterState(
+                tuple(spread.constraints[j] for j in rest),
+                [dict(spread.counts[j]) for j in rest],
+                [list(spread.paths[j]) for j in rest],
+                tuple(spread.self_match[j] for j in rest),
+            ),
+        )
+        # this constraint's own filter: the node must carry its key
+        nodes = [ni for ni in nodes if key in ni.labels]
+        filled = _fill(s, fwk, fill_state, probe, nodes, names(), lambda ni: None)
+    else:
+        # one copy per domain: a node in a domain needs room for one; a node
+        # without the key is not limited by the term
+        filled = _fill(
+            s, fwk, fill_state, probe, nodes, names(), lambda ni: 1 if key in ni.labels else None
+        )
+    room: dict[str, int] = {}
+    members: dict[str, list[tuple[str, int]]] = {}
+    free: dict[str, int] = {}
+    for name, copies in filled.items():
+        ni = s.app.snapshot.get(name)
+        assert ni is not None
+        for placed in copies:
+            s.app.cache.forget(placed.uid)
+        value = ni.labels.get(key)
+        if value is None:
+            free[name] = len(copies)
+            continue
+        room[value] = room.get(value, 0) + len(copies)
+        members.setdefault(value, []).append((name, len(copies)))
+    if spread is not None:
+        c = spread.constraints[plan.spread]
+        counts = spread.counts[plan.spread]
+        if any(z not in counts for z in room):
+            return None
+        quotas = spread_quotas(counts, room, c.max_skew, c.min_domains)
+    else:
+        quotas = dict.fromkeys(room, 1)
+    per_node: dict[str, int] = dict(free)
+    for value, q in quotas.items():
+        per_node.update(_spread_out(q, members[value]))
+    gen = names()
+    for name, n in per_node.items():
+        for _ in range(n):
+            copy_name = next(gen)
+            s.app.cache.assume(
+                dataclasses.replace(
                     probe,
-                    uid=fake_uid("pod", probe.namespace, name),
-                    name=name,
-                    node_name=ni.name,
+                    uid=fake_uid("pod", probe.namespace, copy_name),
+                    name=copy_name,
+                    node_name=name,
                     ext={},
                 )
-                app.cache.assume(copy_)
-                per_node[ni.name] += 1
-                count += 1
-    else:
-        method = "cycle-by-cycle"
+            )
+    return per_node
+
+
+def _cycle(s: _Session, doc: Document, w: Workload, fwk: Framework, i: int) -> str:
+    """Copy ``i`` placed as the daemon's cycle places it: its node, or "" if none fits."""
+    app = s.app
+    raw = w.pod(i)
+    s.add_claims(w, i)
+    pod = s.admit(doc, raw)
+    app.snapshot.update()
+    state = CycleState()
+    try:
+        res = app.algorithm.schedule_pod(fwk, state, pod, app.snapshot)
+    except FitError:
+        return ""
+    except ScheduleError as se:
+        raise ExplainError(f"{pod.key}: {se.status.message}") from se
+    s.assume(pod, raw, res.suggested_host)
+    s.reserve(fwk, state, pod, res.suggested_host)
+    return res.suggested_host
+
+
+async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto") -> MaxResult:
+    app = s.app
+    started = time.perf_counter()
+    varying = _varying_labels(w)
+    per_node: Counter[str] = Counter()
+    count = 0
+    basis: list[str] = []
+    while True:
+        probe = s.admit(doc, w.pod(count))
+        fwk = s.framework(probe)
+        app.snapshot.update()
+        nodes = app.snapshot.node_infos()
+        state = CycleState()
+        pre, status, _ = fwk.run_pre_filter(state, probe, nodes)
+        if status is not None:
+            plan = _cycles("")  # PreFilter rejects the pod: the cycle says why
+        elif method == "cycles":
+            plan = _cycles("asked to")
+        else:
+            plan = _plan(fwk, state, probe, varying)
+        if plan.method != "first-copy":
+            break
+        node = _cycle(s, doc, w, fwk, count)
+        if not node:
+            plan = _cycles("")
+            break
+        basis.append(
+            "the first copy placed cycle by cycle (required affinity to itself: it "
+            "chooses the domain)"
+        )
+        per_node[node] += 1
+        count += 1
+    if pre is not None and pre.node_names is not None:
+        nodes = [ni for ni in nodes if ni.name in pre.node_names]
+
+    def names() -> Iterator[str]:
+        i = count
         while True:
-            raw = w.pod(count)
-            s.add_claims(w, count)
-            pod = s.admit(doc, raw)
-            app.snapshot.update()
-            state = CycleState()
-            try:
-                res = app.algorithm.schedule_pod(fwk, state, pod, app.snapshot)
-            except FitError:
-                break
-            except ScheduleError as se:
-                raise ExplainError(f"{pod.key}: {se.status.message}") from se
-            s.assume(pod, raw, res.suggested_host)
-            s.reserve(fwk, state, pod, res.suggested_host)
-            per_node[res.suggested_host] += 1
+            yield w.pod_name(i)
+            i += 1
+
+    done = False
+    if plan.method == "per-node":
+        filled = _fill(s, fwk, state, probe, nodes, names(), lambda ni: None)
+        for name, copies in filled.items():
+            per_node[name] += len(copies)
+            count += len(copies)
+        done = True
+    elif plan.method == "per-domain":
+        got = _per_domain(s, fwk, state, probe, nodes, plan, names)
+        if got is None:
+            plan = _cycles("a node with room lies outside the constraint's domains")
+        else:
+            basis.append(plan.basis)
+            for name, n in got.items():
+                per_node[name] += n
+                count += n
+            done = True
+    if not done:
+        while node := _cycle(s, doc, w, fwk, count):
+            per_node[node] += 1
             count += 1
     # the first copy that does not fit: the full explanation, preemption included
     raw = w.pod(count)
@@ -575,10 +869,11 @@ async def _max(s: _Session, doc: Document, w: Workload) -> MaxResult:
         workload=w.key,
         count=count,
         per_node=dict(per_node),
-        method=method,
-        why_cycles=why,
+        method=plan.method,
+        why_cycles=plan.why,
         seconds=time.perf_counter() - started,
         next=nxt,
+        basis="; ".join(basis),
     )
 
 
@@ -600,6 +895,7 @@ def to_dict(r: WhatIf) -> JSON:
             "fit": m.count,
             "perNode": dict(sorted(m.per_node.items())),
             "method": m.method,
+            "basis": m.basis or None,
             "whyCycleByCycle": m.why_cycles or None,
             "seconds": round(m.seconds, 3),
             "next": _placement_dict(m.next) if m.next is not None else None,
@@ -688,6 +984,7 @@ def render_table(r: WhatIf) -> str:
         out += _wrap(
             f"--max: {m.count} cop{'y' if m.count == 1 else 'ies'} of {m.workload}'s pod fit "
             f"({m.method}, {m.seconds:.2f}s)"
+            + (f"; counted by {m.basis}" if m.basis else "")
             + (f"; counted cycle by cycle because {m.why_cycles}" if m.why_cycles else "")
             + "."
         )

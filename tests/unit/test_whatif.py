@@ -478,32 +478,164 @@ def test_max_per_node_count_equals_cycle_by_cycle_placement() -> None:
     app, kube = app_with(nodes, pods)
     fast = run(app, kube, docs_of(dep), max_mode=True)
     assert fast.max is not None and fast.max.method == "per-node"
-    # the same template with a node-local but unknown-to-the-fast-path constraint
-    # (DoNotSchedule spreading over hostname with a huge skew) goes cycle by cycle
-    slow_dep = deployment(
-        "web",
-        1,
-        req={"cpu": "700m", "memory": "1Gi"},
-        topologySpreadConstraints=[
-            {
-                "maxSkew": 10000,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"app": "web"}},
-            }
-        ],
-    )
     app2, kube2 = app_with(nodes, pods)
-    for n in nodes:  # the spread plugin needs the topology label
-        n.labels["kubernetes.io/hostname"] = n.name
-    slow = run(app2, kube2, docs_of(slow_dep), max_mode=True)
+    slow = run(app2, kube2, docs_of(dep), max_mode=True, max_method="cycles")
     assert slow.max is not None and slow.max.method == "cycle-by-cycle"
-    assert "DoNotSchedule" in slow.max.why_cycles
     assert fast.max.count == slow.max.count > 0
     assert fast.max.per_node == slow.max.per_node
     assert fast.max.next is not None and not fast.max.next.fits
     assert fast.max.next.fit_error == slow.max.next.fit_error if slow.max.next else False
     assert "--max: " in render_table(fast)
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def random_cluster(rng: random.Random) -> tuple[list[Any], list[Any]]:
+    """A few zones of uneven nodes (some tainted, some without a zone or hostname
+    label, some labelled disk=ssd), with load and some pods that the constraints
+    below select (app=web, in this namespace or another)."""
+    nodes, pods = [], []
+    zones = [f"z{i}" for i in range(rng.randint(1, 4))]
+    for i in range(rng.randint(2, 12)):
+        name = f"n{i}"
+        b = node(name).alloc(cpu=str(rng.choice([1, 2, 3, 4, 6])), memory="16Gi", pods="30")
+        if rng.random() < 0.9:
+            b.label(ZONE, rng.choice(zones))
+        if rng.random() < 0.95:
+            b.label(HOST, name)
+        if rng.random() < 0.5:
+            b.label("disk", "ssd")
+        if rng.random() < 0.15:
+            b.taint("dedicated", "batch")
+        nodes.append(b.record())
+        for j in range(rng.randint(0, 2)):
+            ns = rng.choice(["default", "default", "other"])
+            app_label = rng.choice(["web", "db"])
+            p = pod(f"load-{i}-{j}", ns).req(cpu=rng.choice(["500m", "1"])).labels(app=app_label)
+            pods.append(p.build().with_node(name))
+    return nodes, pods
+
+
+def random_template_spec(rng: random.Random) -> dict[str, Any]:
+    """Constraints the fast --max paths count per domain, node-local ones, and ones
+    left to cycle-by-cycle placement (the comparison holds for all)."""
+    web = {"matchLabels": {"app": "web"}}
+    spec: dict[str, Any] = {}
+    kind = rng.choice(["spread", "spread", "anti", "anti", "affinity", "preferred", "mixed"])
+    key = rng.choice([ZONE, HOST])
+    if kind in ("spread", "mixed"):
+        c: dict[str, Any] = {
+            "maxSkew": rng.choice([1, 1, 2, 3]),
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": rng.choice([web, web, {"matchLabels": {"app": "other"}}]),
+        }
+        if rng.random() < 0.3:
+            c["minDomains"] = rng.randint(1, 5)
+        if rng.random() < 0.3:
+            c["nodeTaintsPolicy"] = "Honor"
+        spec["topologySpreadConstraints"] = [c]
+    if kind in ("anti", "mixed"):
+        spec.setdefault("affinity", {})["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": web, "topologyKey": rng.choice([ZONE, HOST])}
+            ]
+        }
+    if kind == "affinity":
+        spec["affinity"] = {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": web, "topologyKey": key}
+                ]
+            }
+        }
+        if rng.random() < 0.5:
+            spec["affinity"]["podAntiAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": web, "topologyKey": HOST}
+                ]
+            }
+    if kind == "preferred":
+        spec["affinity"] = {
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": {"labelSelector": web, "topologyKey": key}}
+                ]
+            }
+        }
+    if rng.random() < 0.3:
+        spec["nodeSelector"] = {"disk": "ssd"}
+    return spec
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_max_per_domain_count_equals_cycle_by_cycle_placement(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes, pods = random_cluster(rng)
+    spec = random_template_spec(rng)
+    dep = deployment("web", 1, req={"cpu": rng.choice(["500m", "1"]), "memory": "1Gi"}, **spec)
+    app, kube = app_with(nodes, pods)
+    fast = run(app, kube, docs_of(dep), max_mode=True)
+    app2, kube2 = app_with(nodes, pods)
+    slow = run(app2, kube2, docs_of(dep), max_mode=True, max_method="cycles")
+    assert fast.max is not None and slow.max is not None
+    assert slow.max.method == "cycle-by-cycle"
+    assert fast.max.count == slow.max.count, (fast.max, slow.max.per_node, spec)
+    assert sum(fast.max.per_node.values()) == fast.max.count
+    assert fast.max.next is not None and not fast.max.next.fits
+
+
+def test_max_counts_spread_and_anti_affinity_per_domain() -> None:
+    """The fast paths are the ones taken, with the counts worked out by hand."""
+    nodes = [
+        node("a1").alloc(cpu="8", memory="16Gi", pods="110").labels(**{ZONE: "a", HOST: "a1"}),
+        node("a2").alloc(cpu="8", memory="16Gi", pods="110").labels(**{ZONE: "a", HOST: "a2"}),
+        node("b1").alloc(cpu="3", memory="16Gi", pods="110").labels(**{ZONE: "b", HOST: "b1"}),
+        node("c1").alloc(cpu="16", memory="16Gi", pods="110").labels(**{ZONE: "c", HOST: "c1"}),
+    ]
+    records = [n.record() for n in nodes]
+    web = {"matchLabels": {"app": "web"}}
+    spread = deployment(
+        "web",
+        1,
+        req={"cpu": "1", "memory": "1Gi"},
+        topologySpreadConstraints=[
+            {
+                "maxSkew": 2,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": web,
+            }
+        ],
+    )
+    app, kube = app_with(records)
+    r = run(app, kube, docs_of(spread), max_mode=True)
+    assert r.max is not None and r.max.method == "per-domain"
+    # zone b is full at 3: a and c stop at 3 + maxSkew 2 = 5
+    assert r.max.count == 13
+    assert r.max.per_node == {"a1": 3, "a2": 2, "b1": 3, "c1": 5}
+    assert r.max.basis == f"DoNotSchedule topology spread over {ZONE}, maxSkew 2"
+    assert r.max.next is not None
+    assert "3 node(s) didn't match pod topology spread constraints" in r.max.next.fit_error
+    assert "counted by DoNotSchedule topology spread" in " ".join(render_table(r).split())
+
+    anti = deployment(
+        "web",
+        1,
+        req={"cpu": "1", "memory": "1Gi"},
+        affinity={
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": web, "topologyKey": ZONE}
+                ]
+            }
+        },
+    )
+    app, kube = app_with(records)
+    r = run(app, kube, docs_of(anti), max_mode=True)
+    assert r.max is not None and r.max.method == "per-domain"
+    assert r.max.count == 3 and sorted(r.max.per_node.values()) == [1, 1, 1]
 
 
 def test_max_is_fast_on_5000_nodes() -> None:

@@ -1,0 +1,253 @@
+"""Timing of ``kscheduler explain -f FILE --max`` on a large in-memory cluster.
+
+    python -m bench.whatif_max [--nodes 5000] [--before-copies 200] [--out DIR]
+
+The cluster (nodes and pods in the daemon's cache, no API server) has
+``--nodes`` nodes in five zones, 2, 4 or 8 CPUs and room for 20 pods each,
+every seventh tainted, and a random load of 0-2 CPUs. For each case the
+``--max`` what-if of a Deployment's pod (500m CPU, 256Mi) runs as the command
+runs it (:func:`kscheduler.whatif.place_documents`, the first copy that does
+not fit explained in full), and reports the count, the method and the seconds.
+
+"Before" is the cycle-by-cycle placement every case but the node-local one
+took until the per-domain counting: the first ``--before-copies`` copies are
+placed cycle by cycle, and the seconds per copy times the count estimate the
+whole (the copies get no cheaper as the cluster fills). ``--before-copies 0``
+skips it; ``--full-before`` places every copy cycle by cycle instead (long).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import random
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kscheduler.app import SchedulerApp
+from kscheduler.config import load_config
+from kscheduler.explain import DryRunKubeClient
+from kscheduler.framework.parse import parse_node, parse_pod
+from kscheduler.kube import KubeConfig
+from kscheduler.manifests import read_documents, workload
+from kscheduler.plugins import in_tree_registry
+from kscheduler.whatif import _cycle, _Session, place_documents
+
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+WEB = {"matchLabels": {"app": "web"}}
+
+
+def cluster(n: int, seed: int = 3) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    nodes, pods = [], []
+    for i in range(n):
+        name = f"node-{i:04d}"
+        raw: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {HOST: name, ZONE: f"zone-{i % 5}"}},
+            "spec": {},
+            "status": {
+                "allocatable": {"cpu": str(rng.choice([2, 4, 8])), "memory": "16Gi", "pods": "20"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        if i % 7 == 3:
+            raw["spec"]["taints"] = [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]
+        nodes.append(raw)
+        used = rng.randrange(0, 3)
+        if used:
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"load-{i}",
+                        "namespace": "other",
+                        "uid": f"uid-load-{i}",
+                        "labels": {"app": "load"},
+                    },
+                    "spec": {
+                        "nodeName": name,
+                        "containers": [
+                            {"name": "c", "resources": {"requests": {"cpu": str(used)}}}
+                        ],
+                    },
+                    "status": {"phase": "Running"},
+                }
+            )
+    return nodes, pods
+
+
+def spread(key: str, max_skew: int) -> dict[str, Any]:
+    return {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": max_skew,
+                "topologyKey": key,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": WEB,
+            }
+        ]
+    }
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "node-local only": {},
+    "spread on zone (maxSkew 1)": spread(ZONE, 1),
+    "spread on hostname (maxSkew 1)": spread(HOST, 1),
+    "required anti-affinity on hostname": {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": WEB, "topologyKey": HOST}
+                ]
+            }
+        }
+    },
+    "preferred affinity on zone": {
+        "affinity": {
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": {"labelSelector": WEB, "topologyKey": ZONE}}
+                ]
+            }
+        }
+    },
+}
+
+
+def deployment(extra: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {
+                        "schedulerName": "kscheduler",
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "nginx",
+                                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}},
+                            }
+                        ],
+                        **extra,
+                    },
+                },
+            },
+        }
+    )
+
+
+def app_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> SchedulerApp:
+    registry = in_tree_registry()
+    cfg = load_config("", registry=registry)
+    app = SchedulerApp(cfg, registry, DryRunKubeClient(KubeConfig("http://127.0.0.1:9")))
+    for n in nodes:
+        app.cache.add_node(parse_node(copy.deepcopy(n)))
+    for p in pods:
+        app.cache.add_pod(parse_pod(copy.deepcopy(p)))
+    app.snapshot.update()
+    return app
+
+
+def after(app: SchedulerApp, text: str, method: str) -> dict[str, Any]:
+    docs = read_documents("web.yaml", text)
+    started = time.perf_counter()
+    kube = app.kube
+    assert isinstance(kube, DryRunKubeClient)
+    r = asyncio.run(
+        place_documents(app, kube, docs, priority_classes=[], max_mode=True, max_method=method)
+    )
+    took = time.perf_counter() - started
+    assert r.max is not None and r.max.next is not None
+    return {
+        "count": r.max.count,
+        "method": r.max.method,
+        "basis": r.max.basis,
+        "seconds": round(took, 2),
+        "next": r.max.next.fit_error.split(" preemption:")[0],
+    }
+
+
+def before(app: SchedulerApp, text: str, copies: int) -> float:
+    """Seconds per copy placed cycle by cycle (the first ``copies`` copies)."""
+    (doc,) = read_documents("web.yaml", text)
+    w = workload(doc)
+    kube = app.kube
+    assert isinstance(kube, DryRunKubeClient)
+    s = _Session(app, kube, None, [])
+    fwk = next(iter(app.frameworks.values()))
+    started = time.perf_counter()
+    for i in range(copies):
+        if not _cycle(s, doc, w, fwk, i):
+            break
+    return (time.perf_counter() - started) / copies
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.whatif_max", description=__doc__)
+    p.add_argument("--nodes", type=int, default=5000)
+    p.add_argument("--before-copies", type=int, default=200)
+    p.add_argument("--full-before", action="store_true")
+    p.add_argument("--case", action="append", help="only these cases (by name prefix)")
+    p.add_argument("--out", type=Path, help="write whatif-max-<time>.json and .md here")
+    args = p.parse_args(argv)
+    nodes, pods = cluster(args.nodes)
+    rows = []
+    for name, extra in CASES.items():
+        if args.case and not any(name.startswith(c) for c in args.case):
+            continue
+        text = deployment(extra)
+        row: dict[str, Any] = {"case": name, **after(app_of(nodes, pods), text, "auto")}
+        if args.full_before:
+            full = after(app_of(nodes, pods), text, "cycles")
+            assert full["count"] == row["count"], (full, row)
+            row["before_seconds"] = full["seconds"]
+            row["before"] = "measured"
+        elif args.before_copies > 0:
+            per_copy = before(app_of(nodes, pods), text, min(args.before_copies, row["count"]))
+            row["before_ms_per_copy"] = round(per_copy * 1000, 1)
+            row["before_seconds"] = round(per_copy * row["count"], 1)
+            row["before"] = f"estimated from {min(args.before_copies, row['count'])} copies"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    md = [
+        f"--max on {args.nodes} nodes (bench/whatif_max.py, one process, in-memory cluster).",
+        "Cycle by cycle: every copy through PreFilter, Filter and Score as the daemon",
+        "places it (~: seconds per copy over the first copies times the count); now: the",
+        "whole --max as the command runs it, the explanation of the next copy included.",
+        "",
+        "| case | copies | method now | cycle by cycle (s) | now (s) |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        b = r.get("before_seconds", "")
+        if r.get("before", "").startswith("estimated"):
+            b = f"~{b} ({r['before_ms_per_copy']} ms/copy)"
+        md.append(f"| {r['case']} | {r['count']} | {r['method']} | {b} | {r['seconds']} |")
+    print("\n".join(md))
+    if args.out:
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"whatif-max-{stamp}.json").write_text(json.dumps(rows, indent=2) + "\n")
+        (args.out / f"whatif-max-{stamp}.md").write_text("\n".join(md) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
