@@ -23,13 +23,24 @@ with the pods it then selects (those placed count as healthy).
 ``--max``: after placing every document but the last pod-producing one, that
 one's pod template is placed again and again until a copy fits nowhere; the
 answer is how many fitted and the full explanation of the first that does not.
-When every filter that runs for the pod is node-local (a copy placed on one node
-changes no other node's verdict: resources, ports, taints, node affinity and
-selectors, no required pod (anti-)affinity, no DoNotSchedule spreading, no
-claims), the count is the sum over nodes of how many copies each takes, found
-by filtering one node at a time, which gives the same number as placing the
-copies one by one in any order; otherwise copies are placed cycle by cycle as
-the daemon would (sampling nodes by percentageOfNodesToScore).
+The count is worked out from one PreFilter where it cannot depend on the order
+of the placements (:func:`_plan`); the daemon's choices among nodes (scores,
+percentageOfNodesToScore sampling, random ties) then change where copies go,
+never how many fit, since a cycle finds a feasible node whenever one exists:
+
+* per-node: every filter that runs is node-local (a copy placed on one node
+  changes no other node's verdict: resources, ports, taints, node affinity,
+  spreading and pod (anti-)affinity whose selectors do not select the pod, no
+  claims); the count is the sum over nodes of how many copies each takes.
+* per-domain: one DoNotSchedule spread constraint selects the copies (and no
+  anti-affinity does): each domain's room is counted per node as above with the
+  other filters, then :func:`spread_quotas` fills the domains to the one end
+  every order of placements reaches. Or the required anti-affinity terms that
+  select the copies share one topology key: one copy per domain with room.
+* required affinity to itself with no pod selected yet: the first copy is
+  placed cycle by cycle (it picks the domain), then the rest counted as above.
+* otherwise (several constraints that select the copies, claims, filters not
+  known to be node-local) copies are placed cycle by cycle as the daemon would.
 
 Not modelled: pending pods already in the cluster competing for the same room,
 LimitRange defaults and RuntimeClass overhead (admission), HTTP extenders.

@@ -221,6 +221,89 @@ async def test_deployment_what_if_and_max_match_the_daemon(
     assert messages == [reason]
 
 
+def zoned_nodes() -> list[dict[str, Any]]:
+    """One node per zone (the daemon's placements are then fixed) and a tainted node
+    without a zone, which no spread constraint over zones counts."""
+    zone = "topology.kubernetes.io/zone"
+    return [
+        make_node("n1", cpu="8", memory="16Gi", labels={zone: "a"}),
+        make_node("n2", cpu="6", memory="16Gi", labels={zone: "b"}),
+        make_node("n3", cpu="4", memory="16Gi", labels={zone: "c"}),
+        make_node("n4", cpu="16", memory="64Gi", taints=[taint("dedicated", "db")]),
+    ]
+
+
+async def max_then_apply(
+    cp: ControlPlane, rest: RestClient, namespace: str, tmp: Path, tmpl: dict[str, Any]
+) -> dict[str, Any]:
+    """--max of a Deployment of ``tmpl``; then fit + 1 replicas applied bind as many,
+    where --max put them, and the last stays Pending with --max's reason."""
+    data = await what_if(
+        cp, tmp, namespace, controller("Deployment", "web", 1, tmpl), extra=("--max",)
+    )
+    got = data["max"]
+    dep = controller("Deployment", "web", got["fit"] + 1, tmpl)
+    async with running_kscheduler(cp):
+        await apply(rest, namespace, dep)
+        bound, messages = await settle(rest, namespace, "app=web", got["fit"] + 1, 1)
+    assert bound == Counter(got["perNode"]), (bound, got)
+    assert messages == [got["next"]["fitError"]]
+    return dict(got)
+
+
+async def test_max_with_topology_spread_over_zones_matches_the_daemon(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    await create_nodes(rest, zoned_nodes())
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    tmpl = template({"app": "web"}, "1", "1Gi", topologySpreadConstraints=[spread])
+    got = await max_then_apply(control_plane, rest, namespace, tmp_path, tmpl)
+    # zone c is full at 4 copies: a and b stop at 4 + maxSkew 1
+    assert got["fit"] == 14 and got["perNode"] == {"n1": 5, "n2": 5, "n3": 4}, got
+    assert got["method"] == "per-domain"
+    assert got["next"]["fitError"].startswith(
+        "0/4 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s), "
+        "2 node(s) didn't match pod topology spread constraints."
+    )
+
+
+async def test_max_with_required_anti_affinity_matches_the_daemon(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    await create_nodes(rest, zoned_nodes())
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    tmpl = template({"app": "web"}, "1", "1Gi", affinity=anti)
+    got = await max_then_apply(control_plane, rest, namespace, tmp_path, tmpl)
+    assert got["fit"] == 3 and got["perNode"] == {"n1": 1, "n2": 1, "n3": 1}, got
+    assert got["method"] == "per-domain"
+    assert got["next"]["fitError"].startswith(
+        "0/4 nodes are available: 1 node(s) had untolerated taint(s), "
+        "3 node(s) didn't match pod anti-affinity rules."
+    )
+
+
 async def test_several_files_in_order_replicaset_job_pod(
     control_plane: ControlPlane,
     rest: RestClient,
