@@ -108,7 +108,15 @@ from bench.method import (
 )
 from bench.pyspy import Recorder
 from bench.pyspy import summarize as summarize_profile
-from bench.workloads import SIZES, WORKLOAD_NAMES, Workload, workloads
+from bench.workloads import (
+    DRA_CLASS,
+    RESOURCE_API,
+    SIZES,
+    WORKLOAD_NAMES,
+    Devices,
+    Workload,
+    workloads,
+)
 from kscheduler.controlplane.binaries import K8S_VERSION, find_kube_scheduler
 from kscheduler.controlplane.builders import (
     create_namespace,
@@ -780,9 +788,52 @@ class Bench:
         t0 = time.monotonic()
         await create_nodes(self.admin, wl.make_nodes(), concurrency=CREATE_CONCURRENCY)
         log(f"{wl.name}: {wl.nodes} nodes created in {time.monotonic() - t0:.1f}s")
+        if wl.devices is not None:
+            await self._setup_devices(wl, wl.devices)
+
+    async def _setup_devices(self, wl: Workload, devices: Devices) -> None:
+        """DeviceClass, one ResourceSlice per node, the claim template, and the init
+        claims allocated as the workload gives them (kept for every run)."""
+        t0 = time.monotonic()
+        with contextlib.suppress(ApiError):  # 409: left by an earlier workload
+            await self.admin.post(f"{RESOURCE_API}/deviceclasses", devices.device_class())
+
+        async def post(path_and_obj: tuple[str, dict[str, Any]]) -> None:
+            await self.admin.post(*path_and_obj)
+
+        slices = [
+            (f"{RESOURCE_API}/resourceslices", devices.resource_slice(i)) for i in range(wl.nodes)
+        ]
+        await run_bounded(slices, post, concurrency=CREATE_CONCURRENCY)
+        ns = wl.namespace(wl.measure.namespace)
+        await self.admin.post(
+            f"{RESOURCE_API}/namespaces/{ns}/resourceclaimtemplates", devices.claim_template(ns)
+        )
+        init_ns = wl.namespace(devices.init_namespace)
+        claims_path = f"{RESOURCE_API}/namespaces/{init_ns}/resourceclaims"
+
+        async def allocate(claim_and_status: tuple[dict[str, Any], dict[str, Any]]) -> None:
+            claim, status = claim_and_status
+            made = await self.admin.post(claims_path, claim)
+            made["status"] = status
+            await self.admin.put(f"{claims_path}/{claim['metadata']['name']}/status", made)
+
+        await run_bounded(
+            devices.allocated_claims(init_ns, wl.nodes), allocate, concurrency=CREATE_CONCURRENCY
+        )
+        log(
+            f"{wl.name}: {wl.nodes} ResourceSlices and {devices.init_claims} allocated claims "
+            f"in {time.monotonic() - t0:.1f}s"
+        )
 
     async def teardown_workload(self, wl: Workload) -> None:
         await self.delete_pods(wl)
+        if wl.devices is not None:
+            for ns in wl.namespaces():
+                await self.admin.delete(f"{RESOURCE_API}/namespaces/{ns}/resourceclaims")
+                await self.admin.delete(f"{RESOURCE_API}/namespaces/{ns}/resourceclaimtemplates")
+            await self.admin.delete(f"{RESOURCE_API}/resourceslices")
+            await self.admin.delete(f"{RESOURCE_API}/deviceclasses/{DRA_CLASS}")
         await self.admin.delete("/api/v1/nodes")
         await self._wait_empty("/api/v1/nodes")
 
@@ -830,6 +881,10 @@ class Bench:
         await run_bounded(paths, delete, concurrency=CREATE_CONCURRENCY)
         for ns in namespaces:
             await self._wait_empty(pods_path(ns))
+            if wl.devices is not None and ns == wl.namespace(wl.measure.namespace):
+                # the claims made for the pods go with them (garbage collector): the
+                # next run starts with their devices free
+                await self._wait_empty(f"{RESOURCE_API}/namespaces/{ns}/resourceclaims")
             with contextlib.suppress(ApiError):
                 await self.admin.delete(f"/api/v1/namespaces/{ns}/events")
             with contextlib.suppress(ApiError):
@@ -1489,7 +1544,9 @@ async def run(args: argparse.Namespace) -> int:
                 # so that a run cut short still covers every workload in the first
                 for mode, th, wl in plan(modes, throttles, chosen):
                     kinds = list(schedulers)
-                    if args.ceiling and th == "unthrottled" and CEILING not in kinds:
+                    # the trivial binder allocates no devices: no ceiling for DRA
+                    dra = wl.devices is not None
+                    if args.ceiling and th == "unthrottled" and CEILING not in kinds and not dra:
                         kinds.append(CEILING)
                     pairs = args.main_pairs if wl.name in MAIN_WORKLOADS else args.pairs
                     await bench.setup_workload(wl)

@@ -9,7 +9,12 @@ Node and pod templates mirror scheduler_perf's ``templates/`` directory:
 * pod-with-pod-anti-affinity: label color=green, required anti-affinity to
   color=green on kubernetes.io/hostname in both workload namespaces;
 * pod-low-priority: 900m / 500Mi; pod-high-priority: 3000m / 500Mi at priority 10;
-* pod-high-priority-large-cpu: 9 CPU at priority 10 (fits no node).
+* pod-high-priority-large-cpu: 9 CPU at priority 10 (fits no node);
+* dra/ pod-with-claim-template: one pause container using one claim made from
+  a ResourceClaimTemplate (one device of a DeviceClass that selects the test
+  driver's devices), no cpu or memory requests; each node publishes one
+  ResourceSlice of 10 devices (resourceslice-basic-devices: the same
+  attributes and capacities).
 
 Priority 10 comes from a PriorityClass: the harness keeps the Priority admission
 plugin on, which rejects a bare ``spec.priority``.
@@ -128,6 +133,17 @@ def pod_with_pod_anti_affinity(namespaces: list[str]) -> PodTemplate:
     return template
 
 
+def pod_with_claim_template(name: str, namespace: str, scheduler: str) -> JSON:
+    """dra/templates/pod-with-claim-template.yaml: the claim comes from the
+    controller-manager's resourceclaim controller, as in a real cluster."""
+    container = {"name": "pause", "image": PAUSE, "resources": {"claims": [{"name": "resource"}]}}
+    pod = make_pod(name, namespace, scheduler_name=scheduler, containers=[container])
+    pod["spec"]["resourceClaims"] = [
+        {"name": "resource", "resourceClaimTemplateName": DRA_CLAIM_TEMPLATE}
+    ]
+    return pod
+
+
 def pod_low_priority(name: str, namespace: str, scheduler: str) -> JSON:
     return _pod(name, namespace, scheduler, cpu="900m")
 
@@ -185,6 +201,119 @@ def node_default(i: int, labels: NodeLabels = no_labels) -> JSON:
     )
 
 
+# --------------------------------------------------------------------------- devices
+
+DRA_DRIVER = "test-driver.cdi.k8s.io"
+DRA_CLASS = "bench-test-class"
+DRA_CLAIM_TEMPLATE = "test-claim-template"
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """scheduler_perf's dra SchedulingWithResourceClaimTemplate set-up: one
+    ResourceSlice per node with ``per_node`` devices, a DeviceClass selecting the
+    driver, a ResourceClaimTemplate in the measured namespace, and ``init_claims``
+    claims already allocated (upstream's allocResourceClaims op; here round robin
+    over the nodes, device by device), which leave the rest of the devices to the
+    measured pods."""
+
+    per_node: int = 10
+    pci_roots: int = 2
+    init_claims: int = 0
+    init_namespace: str = "init"
+
+    def device_class(self) -> JSON:
+        expression = f'device.driver == "{DRA_DRIVER}"'
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRA_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+
+    def resource_slice(self, i: int) -> JSON:
+        node = node_name(i)
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"bench-slice-{i:05d}"},
+            "spec": {
+                "driver": DRA_DRIVER,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [self._device(d) for d in range(self.per_node)],
+            },
+        }
+
+    def _device(self, d: int) -> JSON:
+        root = d % self.pci_roots
+        strings = {
+            "driver": "xe",
+            "resource.k8s.io/pciRoot": str(root),
+            "family": "Arc Pro B-Series",
+            "health": "Healthy",
+            "model": "B60",
+            "pciAddress": f"0000:0{d}:00.0",
+            "pciId": "0xe211",
+            "pciRoot": f"0{root}",
+            "resource.kubernetes.io/pciBusID": f"0000:0{d}:00.0",
+            "resource.kubernetes.io/pciRoot": f"pci0000:0{root}",
+            "type": "gpu",
+        }
+        attributes: JSON = {k: {"string": v} for k, v in strings.items()}
+        attributes["driverVersion"] = {"version": "1.2.3"}
+        attributes["sriov"] = {"bool": True}
+        return {
+            "name": f"basic-device-{d}",
+            "attributes": attributes,
+            "capacity": {"memory": {"value": "24480Mi"}, "millicores": {"value": "1k"}},
+        }
+
+    def claim_template(self, namespace: str) -> JSON:
+        request = {"name": "req-0", "exactly": {"deviceClassName": DRA_CLASS}}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": DRA_CLAIM_TEMPLATE, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        }
+
+    def allocated_claims(self, namespace: str, nodes: int) -> list[tuple[JSON, JSON]]:
+        """(claim, its status) for each init claim: claim k takes device k // nodes
+        of node k % nodes."""
+        if self.init_claims > nodes * self.per_node:
+            raise ValueError(f"{self.init_claims} init claims exceed the devices of {nodes} nodes")
+        out = []
+        for k in range(self.init_claims):
+            node = node_name(k % nodes)
+            claim: JSON = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"init-claim-{k}", "namespace": namespace},
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "req-0", "exactly": {"deviceClassName": DRA_CLASS}}]
+                    }
+                },
+            }
+            result = {
+                "request": "req-0",
+                "driver": DRA_DRIVER,
+                "pool": node,
+                "device": f"basic-device-{k // nodes}",
+            }
+            term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            status = {
+                "allocation": {
+                    "devices": {"results": [result]},
+                    "nodeSelector": {"nodeSelectorTerms": [term]},
+                }
+            }
+            out.append((claim, status))
+        return out
+
+
 # --------------------------------------------------------------------------- workloads
 
 
@@ -223,6 +352,7 @@ class Workload:
     notes: str = ""
     #: Seconds without a bind (after every pod was created) before giving up.
     stall_timeout: float = 30.0
+    devices: Devices | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def namespace(self, short: str) -> str:
@@ -230,6 +360,8 @@ class Workload:
 
     def namespaces(self) -> list[str]:
         names = [g.namespace for g in (*self.init, self.measure)]
+        if self.devices is not None and self.devices.init_claims:
+            names.append(self.devices.init_namespace)
         if self.churn is not None:
             names.append(self.churn.namespace)
         out: list[str] = []
@@ -331,6 +463,16 @@ def workloads(size: str) -> list[Workload]:
             upstream="misc/performance-config.yaml Unschedulable "
             + ("5kNodes/100Init/10kPods" if big else "500Nodes/10Init/1kPods"),
             notes="an unschedulable 9-CPU high-priority pod is created every 200 ms",
+        ),
+        Workload(
+            "SchedulingWithResourceClaimTemplate",
+            nodes=pick(200, 500),
+            devices=Devices(init_claims=pick(1000, 2500)),
+            measure=PodGroup(pod_with_claim_template, pick(1000, 2500), "measure"),
+            upstream="dra/performance-config.yaml SchedulingWithResourceClaimTemplate "
+            + ("5000pods_500nodes" if big else "2000pods_200nodes"),
+            notes="one device per pod from a claim template; the ResourceClaims are made by "
+            "the controller-manager; upstream's largest DRA size is 500 nodes",
         ),
     ]
 

@@ -309,10 +309,52 @@ def _pool_problem(pool: Pool, counter_slices: list[Slice]) -> str:
     return ""
 
 
-def gather_pools(slices: Sequence[Slice], node_name: str, labels: Mapping[str, str]) -> list[Pool]:
+class SliceIndex:
+    """The cluster's slices grouped for the per-node pool lookup.
+
+    A node's pools come from the slices published for it by name and from those
+    that reach nodes some other way (allNodes, a node selector, per-device node
+    selection); an incomplete pool is checked against its own slices. Grouping
+    them once per slice set keeps a Filter call from reading every slice of the
+    cluster (at 500 nodes, 500 slices per node and cycle). While no slice reaches
+    nodes by labels, a node's pools depend on its name alone and are kept."""
+
+    def __init__(self, slices: Iterable[Slice]) -> None:
+        self.slices = list(slices)
+        self.by_node: dict[str, list[Slice]] = {}
+        #: slices that do not name one node, in the cluster's order
+        self.not_by_name: list[Slice] = []
+        self.by_pool: dict[tuple[str, str], list[Slice]] = {}
+        for s in self.slices:
+            if s.node_name and not s.per_device_node_selection:
+                self.by_node.setdefault(s.node_name, []).append(s)
+            else:
+                self.not_by_name.append(s)
+            self.by_pool.setdefault((s.driver, s.pool), []).append(s)
+        self._pools: dict[str, list[Pool]] = {}
+
+    def candidates(self, node_name: str) -> list[Slice]:
+        """The slices that may reach ``node_name``."""
+        named = self.by_node.get(node_name)
+        return [*named, *self.not_by_name] if named else self.not_by_name
+
+    def pools(self, node_name: str, labels: Mapping[str, str]) -> list[Pool]:
+        """:func:`gather_pools` for the node (kept per node while that is exact)."""
+        if self.not_by_name:
+            return gather_pools(self, node_name, labels)
+        hit = self._pools.get(node_name)
+        if hit is None:
+            hit = self._pools[node_name] = gather_pools(self, node_name, labels)
+        return hit
+
+
+def gather_pools(
+    slices: Sequence[Slice] | SliceIndex, node_name: str, labels: Mapping[str, str]
+) -> list[Pool]:
     """The pools available to the node, in kube-scheduler's order."""
+    index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
     by_pool: dict[tuple[str, str], list[Slice]] = {}
-    for s in slices:
+    for s in index.candidates(node_name):
         if s.per_device_node_selection:
             if any(True for _ in s.devices):
                 raise Unsupported(
@@ -338,7 +380,7 @@ def gather_pools(slices: Sequence[Slice], node_name: str, labels: Mapping[str, s
         if len(pool_slices) != count:
             newer = False
             whole = []
-            for s in slices:
+            for s in index.by_pool.get((driver, pool_name), ()):
                 if s.driver == driver and s.pool == pool_name:
                     if s.generation > gen:
                         newer = True
@@ -487,11 +529,11 @@ class Allocator:
 
     def __init__(
         self,
-        slices: Sequence[Slice],
+        slices: Sequence[Slice] | SliceIndex,
         classes: Mapping[str, Mapping[str, Any]],
         allocated: set[DeviceID],
     ) -> None:
-        self.slices = list(slices)
+        self.index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
         self.classes = classes
         self.allocated = allocated
 
@@ -540,7 +582,7 @@ class _Run:
 
     # ---- setup -------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]] | None:
-        self.pools = gather_pools(self.a.slices, self.node_name, self.labels)
+        self.pools = self.a.index.pools(self.node_name, self.labels)
         for ci, claim in enumerate(self.claims):
             devices = _d(_d(claim.get("spec")).get("devices"))
             min_per_claim = 0

@@ -93,6 +93,7 @@ from kscheduler.framework.dra import (
     DeviceReport,
     FailedOnNode,
     Slice,
+    SliceIndex,
     Unsupported,
     allocated_devices,
     result_devices,
@@ -266,6 +267,10 @@ class DynamicResources:
         self.args = args or DynamicResourcesArgs()
         #: slice name -> (resourceVersion, parsed): each slice version is parsed once
         self._slices: dict[str, tuple[str, Slice]] = {}
+        #: the slices grouped per node, kept while no slice changes
+        self._index: SliceIndex | None = None
+        #: claim uid -> (resourceVersion, the devices its allocation takes)
+        self._claim_devices: dict[str, tuple[str, frozenset[DeviceID]]] = {}
         #: claim uid -> (namespace/name, allocation) between Reserve and PreBind
         self._in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
         #: claim uid -> the claim as PreBind wrote it, until the informer has it
@@ -309,10 +314,12 @@ class DynamicResources:
             out.append(_ClaimInfo(str(entry.get("name", "")), claim))
         return out
 
-    def _parsed_slices(self) -> list[Slice]:
+    def _slice_index(self) -> SliceIndex:
+        """Every slice parsed once per version, grouped per node once per slice set."""
         assert self.handle is not None
         out = []
         seen = set()
+        changed = self._index is None
         for raw in self.handle.objects.list(SLICES):
             meta = _meta(raw)
             name = str(meta.get("name", ""))
@@ -322,19 +329,37 @@ class DynamicResources:
             if hit is None or hit[0] != rv:
                 hit = (rv, Slice.parse(raw))
                 self._slices[name] = hit
+                changed = True
             out.append(hit[1])
-        for gone in set(self._slices) - seen:
-            del self._slices[gone]
-        return out
+        if len(seen) != len(self._slices):
+            changed = True
+            for gone in set(self._slices) - seen:
+                del self._slices[gone]
+        if changed or self._index is None:
+            self._index = SliceIndex(out)
+        return self._index
 
     def _taken(self) -> set[DeviceID]:
+        """The devices of every allocated claim (each claim version read once) and of
+        the allocations in flight."""
         assert self.handle is not None
-        claims = []
+        taken: set[DeviceID] = set()
+        seen = set()
+        memo = self._claim_devices
         for claim in self.handle.objects.list(CLAIMS):
             uid = str(_meta(claim).get("uid", ""))
             assumed = self._assumed.get(uid)
-            claims.append(assumed if assumed is not None and _rv(assumed) > _rv(claim) else claim)
-        taken = allocated_devices(claims)
+            if assumed is not None and _rv(assumed) > _rv(claim):
+                claim = assumed
+            seen.add(uid)
+            rv = str(_meta(claim).get("resourceVersion", ""))
+            hit = memo.get(uid)
+            if hit is None or hit[0] != rv:
+                hit = memo[uid] = (rv, frozenset(allocated_devices((claim,))))
+            taken |= hit[1]
+        if len(seen) != len(memo):
+            for gone in set(memo) - seen:
+                del memo[gone]
         taken |= allocated_devices(
             {"status": {"allocation": a}} for _, a in self._in_flight.values()
         )
@@ -414,7 +439,7 @@ class DynamicResources:
                     return None, st
         if to_allocate:
             classes = {str(_meta(c).get("name", "")): c for c in self.handle.objects.list(CLASSES)}
-            s.allocator = Allocator(self._parsed_slices(), classes, self._taken())
+            s.allocator = Allocator(self._slice_index(), classes, self._taken())
         s.claims = claims
         return None, None
 
