@@ -1090,3 +1090,173 @@ def result_devices(allocation: Mapping[str, Any]) -> list[str]:
             text += " (admin access)"
         out.append(text)
     return out
+
+
+# --------------------------------------------------------------------------- extended resources
+
+#: A DeviceClass without ``extendedResourceName`` still backs this name + its own name.
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+#: Marks the ResourceClaim the scheduler makes for a pod's extended resources.
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+def is_dra_extended_resource_name(name: str) -> bool:
+    """An extended resource name (outside kubernetes.io, e.g. example.com/gpu) or an
+    implicit DeviceClass one (``deviceclass.resource.kubernetes.io/CLASS``)."""
+    if name.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
+        return True
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+_class_map_cache: tuple[tuple[tuple[str, str], ...], dict[str, dict[str, Any]]] | None = None
+
+
+def extended_resource_classes(classes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Extended resource name -> the DeviceClass whose devices back it.
+
+    Every class backs ``deviceclass.resource.kubernetes.io/<its name>``; a class with
+    ``spec.extendedResourceName`` also backs that name. When several classes name the
+    same extended resource, the one created last wins (equal creation times: the
+    smallest name). The result is kept until a class changes (by resourceVersion)."""
+    global _class_map_cache
+    items = [c for c in classes if isinstance(c, dict)]
+    key = tuple(
+        (
+            str(_d(c.get("metadata")).get("name", "")),
+            str(_d(c.get("metadata")).get("resourceVersion", "")),
+        )
+        for c in items
+    )
+    if _class_map_cache is not None and _class_map_cache[0] == key:
+        return _class_map_cache[1]
+    out: dict[str, dict[str, Any]] = {}
+    explicit: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for c in items:
+        meta = _d(c.get("metadata"))
+        name = str(meta.get("name", ""))
+        out[DEVICE_CLASS_RESOURCE_PREFIX + name] = c
+        ext = _d(c.get("spec")).get("extendedResourceName")
+        if not ext:
+            continue
+        created = str(meta.get("creationTimestamp") or "")
+        have = explicit.get(str(ext))
+        if have is None or created > have[0] or (created == have[0] and name < have[1]):
+            explicit[str(ext)] = (created, name, c)
+    for ext, (_, _, c) in explicit.items():
+        out[ext] = c
+    _class_map_cache = (key, out)
+    return out
+
+
+def _int_quantity(value: Any) -> int | None:
+    """The quantity as a whole number, or None when it is not one (or does not parse)."""
+    try:
+        q = parse_decimal(str(value))
+    except QuantityError:
+        return None
+    if q != q.to_integral_value():
+        return None
+    return int(q)
+
+
+def _container_request(
+    index: int,
+    container: Mapping[str, Any],
+    resource: str,
+    class_name: str,
+    reusable: Sequence[dict[str, Any] | None],
+) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
+    """The device request one container needs for ``resource`` (None when it needs no
+    new one: it asks for none, or ``reusable`` requests of later long-lived containers
+    cover it) and its container -> request mappings."""
+    requests = _d(_d(container.get("resources")).get("requests"))
+    if resource not in requests:
+        return None, []
+    want = _int_quantity(requests[resource])
+    if not want:
+        return None, []
+    cname = str(container.get("name", ""))
+    mappings: list[dict[str, str]] = []
+    covered = 0
+    for r in reusable:
+        if r is None:
+            continue
+        covered += int(r["exactly"]["count"])
+        mappings.append(
+            {"containerName": cname, "resourceName": resource, "requestName": r["name"]}
+        )
+        if covered >= want:
+            return None, mappings
+    position = sorted(str(k) for k in requests).index(resource)
+    name = f"container-{index}-request-{position}"
+    request = {
+        "name": name,
+        "exactly": {
+            "deviceClassName": class_name,
+            "allocationMode": "ExactCount",
+            "count": want - covered,
+        },
+    }
+    mappings.append({"containerName": cname, "resourceName": resource, "requestName": name})
+    return request, mappings
+
+
+def extended_resource_requests(
+    pod_spec: Mapping[str, Any],
+    resources: Iterable[str],
+    classes: Mapping[str, Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The device requests of the pod's claim for the extended ``resources`` served
+    through DRA on a node, sorted by name, and the pod's container -> request mappings
+    (``status.extendedResourceClaimStatus.requestMappings``), as kube-scheduler makes
+    them.
+
+    Containers are numbered init containers first. Each long-lived container (regular
+    or sidecar) gets its own request ``container-<index>-request-<position of the
+    resource among the container's sorted request names>``; an init container that
+    runs to completion first reuses the requests of the long-lived containers from its
+    own index on and asks only for what they do not cover; of those init requests only
+    the largest is kept, and every init container maps to it."""
+    init = [_d(c) for c in _l(pod_spec.get("initContainers"))]
+    containers = init + [_d(c) for c in _l(pod_spec.get("containers"))]
+    long_lived: list[int] = []
+    short_lived: list[int] = []
+    for i, c in enumerate(containers):
+        if i < len(init) and c.get("restartPolicy") != "Always":
+            short_lived.append(i)
+        else:
+            long_lived.append(i)
+    out: list[dict[str, Any]] = []
+    mappings: list[dict[str, str]] = []
+    for resource in sorted(resources):
+        cls = classes.get(resource)
+        if cls is None:
+            continue
+        class_name = str(_d(cls.get("metadata")).get("name", ""))
+        long_reqs: list[dict[str, Any] | None] = [None] * len(containers)
+        long_maps: list[dict[str, str]] = []
+        for i in long_lived:
+            req, maps = _container_request(i, containers[i], resource, class_name, ())
+            long_reqs[i] = req
+            long_maps += maps
+        largest: dict[str, Any] | None = None
+        short_names: set[str] = set()
+        short_maps: list[dict[str, str]] = []
+        for i in short_lived:
+            req, maps = _container_request(i, containers[i], resource, class_name, long_reqs[i:])
+            if req is not None:
+                short_names.add(req["name"])
+                if largest is None or largest["exactly"]["count"] < req["exactly"]["count"]:
+                    largest = req
+            short_maps += maps
+        if largest is not None and len(short_names) > 1:
+            short_names.discard(largest["name"])
+            for m in short_maps:
+                if m["requestName"] in short_names:
+                    m["requestName"] = largest["name"]
+        if largest is not None:
+            out.append(largest)
+        out += [r for r in long_reqs if r is not None]
+        mappings += long_maps + short_maps
+    out.sort(key=lambda r: str(r["name"]))
+    return out, mappings

@@ -44,11 +44,27 @@ PreBind
     ``status.reservedFor`` (status update). The written claim overlays the
     informer's copy until the informer catches up.
 
+Extended resources backed by DRA (DRAExtendedResource)
+    A pod requesting an extended resource that a DeviceClass backs (see
+    :func:`kscheduler.framework.dra.extended_resource_classes`) gets one more
+    claim, last, kept in memory under the name ``<extended-resources>`` (or the
+    pod's claim left over from an earlier attempt: Filter then rejects every node
+    with "cannot schedule extended resource claim" and PostFilter deletes it,
+    "deletion of ResourceClaim completed"). Per node, the resources the node does
+    not advertise in allocatable become its device requests
+    (:func:`kscheduler.framework.dra.extended_resource_requests`); a requested
+    extended resource neither advertised nor backed is "cannot fit resource".
+    Reserve records its allocation like any claim's; PreBind creates the claim
+    (generateName ``<pod>-extended-resources-``, the pod as controller owner, the
+    ``resource.kubernetes.io/extended-resource-claim`` annotation), writes its
+    allocation and reservation, waits until the informer has it, and writes the
+    pod's ``status.extendedResourceClaimStatus``. Unreserve deletes a claim it
+    created (finalizer removed first).
+
 Not implemented, rejected with a message saying so: partitionable devices,
 consumable capacity, binding conditions, per-device node selection (see
-:mod:`kscheduler.framework.dra`); extended resources backed by DRA are not
-allocated (NodeResourcesFit judges them as plain extended resources);
-DeviceTaintRules are not applied; the filterTimeout argument is not enforced.
+:mod:`kscheduler.framework.dra`); DeviceTaintRules are not applied; the
+filterTimeout argument is not enforced.
 """
 
 from __future__ import annotations
@@ -56,6 +72,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -84,6 +101,7 @@ from kscheduler.framework import (
 from kscheduler.framework.args import Fields
 from kscheduler.framework.dra import (
     DEVICE_REPORT_KEY,
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     FIRST_AVAILABLE_MAX_SIZE,
     AllocationError,
     AllocationTimeout,
@@ -96,6 +114,9 @@ from kscheduler.framework.dra import (
     SliceIndex,
     Unsupported,
     allocated_devices,
+    extended_resource_classes,
+    extended_resource_requests,
+    is_dra_extended_resource_name,
     result_devices,
 )
 from kscheduler.framework.selectors import NodeSelector, SelectorError
@@ -115,6 +136,14 @@ MSG_STATE_NOT_FOUND = "not found"
 MSG_CANNOT_ALLOCATE = "cannot allocate all claims"
 MSG_NOT_AVAILABLE = "resourceclaim not available on the node"
 MSG_DEALLOCATED = "deallocation of ResourceClaim completed"
+MSG_DELETED = "deletion of ResourceClaim completed"
+MSG_EXTENDED_STALE = "cannot schedule extended resource claim"
+MSG_EXTENDED_CANNOT_FIT = "cannot fit resource"
+#: The in-memory name of the pod's claim for extended resources until PreBind
+#: creates it (not a valid object name, so it names no real claim).
+EXTENDED_CLAIM_NAME = "<extended-resources>"
+#: How long PreBind waits for the informer to show a claim it created.
+EXTENDED_CLAIM_WAIT = 120.0
 #: client-go's retry.DefaultRetry: 5 steps from 10 ms, x1 factor, 10% jitter.
 CONFLICT_RETRIES = 5
 CONFLICT_DELAY = 0.01
@@ -147,6 +176,14 @@ class _ClaimInfo:
     claim: dict[str, Any]
     available_on: NodeSelector | None = None
     allocation: dict[str, Any] | None = None  # set at Reserve
+    #: the claim for the pod's extended resources backed by DRA (last of the pod's)
+    extended: bool = False
+    #: the uid under which Reserve recorded the allocation in flight
+    reserved_uid: str = ""
+    #: extended claim: the node's variant (its device requests) and the pod's
+    #: container -> request mappings, set at Reserve
+    node_claim: dict[str, Any] | None = None
+    mappings: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def uid(self) -> str:
@@ -164,13 +201,39 @@ class _State:
     #: node -> allocation results of the unallocated claims, in claim order
     node_allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     unavailable: set[int] = field(default_factory=set)
+    #: extended resources the pod requests (names a DeviceClass may back) -> quantity
+    extended_resources: dict[str, int] = field(default_factory=dict)
+    #: extended resource name -> DeviceClass, as PreFilter saw them
+    classes: Mapping[str, Any] = field(default_factory=dict)
+    #: node -> (the extended claim with the node's requests, container mappings);
+    #: absent when the node's allocatable serves all the pod's extended resources
+    node_extended: dict[str, tuple[dict[str, Any], list[dict[str, str]]]] = field(
+        default_factory=dict
+    )
 
     @property
     def has_claims(self) -> bool:
         return bool(self.claims)
 
+    @property
+    def extended(self) -> _ClaimInfo | None:
+        return self.claims[-1] if self.claims and self.claims[-1].extended else None
+
+    @property
+    def has_user_claims(self) -> bool:
+        return any(not c.extended for c in self.claims)
+
     def to_allocate(self) -> list[_ClaimInfo]:
         return [c for c in self.claims if not c.allocated]
+
+    def node_to_allocate(self, node: str) -> list[_ClaimInfo]:
+        """The claims to allocate on the node: the extended claim only when the node
+        needs devices for it."""
+        return [
+            c
+            for c in self.claims
+            if not c.allocated and (not c.extended or node in self.node_extended)
+        ]
 
 
 def claim_name(pod: PodInfo, entry: Mapping[str, Any]) -> tuple[str | None, bool]:
@@ -189,6 +252,27 @@ def claim_name(pod: PodInfo, entry: Mapping[str, Any]) -> tuple[str | None, bool
         f'pod "{pod.namespace}/{pod.name}", spec.resourceClaim "{entry.get("name", "")}": '
         "none of the supported fields are set"
     )
+
+
+def _is_extended_claim_of(claim: Mapping[str, Any], pod: PodInfo) -> bool:
+    """The claim made for the pod's extended resources: annotated, and the pod its
+    controller owner."""
+    meta = _meta(claim)
+    if _d(meta.get("annotations")).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+        return False
+    return any(
+        _d(ref).get("name") == pod.name
+        and _d(ref).get("controller") is True
+        and _d(ref).get("uid") == pod.uid
+        for ref in _l(meta.get("ownerReferences"))
+    )
+
+
+def _uses_dra(pod: PodInfo) -> bool:
+    """The pod has claims, or requests a resource a DeviceClass may back."""
+    if pod.spec.get("resourceClaims"):
+        return True
+    return any(q and is_dra_extended_resource_name(n) for n, q in pod.fit_requests.scalar.items())
 
 
 def _owned_by(claim: Mapping[str, Any], pod: PodInfo) -> bool:
@@ -390,12 +474,15 @@ class DynamicResources:
         if state.record:
             report: DeviceReport = {}
             state.write(DEVICE_REPORT_KEY, report)
-        if not pod.spec.get("resourceClaims"):
-            return None, Status.skip()
-        try:
-            claims = self._pod_claims(pod)
-        except ClaimError as exc:
-            return None, Status.unresolvable(str(exc))
+        claims: list[_ClaimInfo] = []
+        if pod.spec.get("resourceClaims"):
+            try:
+                claims = self._pod_claims(pod)
+            except ClaimError as exc:
+                return None, Status.unresolvable(str(exc))
+        extended = self._extended_claim(pod, s)
+        if extended is not None:
+            claims.append(extended)
         if not claims:
             return None, Status.skip()
         assert self.handle is not None
@@ -416,6 +503,8 @@ class DynamicResources:
                 return None, Status.unresolvable(
                     f"resource claim {key} is in the process of being allocated"
                 )
+            if info.extended:  # its requests are made per node, in Filter
+                continue
             for req in _l(_d(_d(info.claim.get("spec")).get("devices")).get("requests")):
                 req = _d(req)
                 rname = str(req.get("name", ""))
@@ -443,6 +532,77 @@ class DynamicResources:
         s.claims = claims
         return None, None
 
+    def _extended_claim(self, pod: PodInfo, s: _State) -> _ClaimInfo | None:
+        """The claim for the pod's extended resources when a DeviceClass backs one of
+        them: the pod's own from an earlier attempt, or a new one in memory."""
+        if self.handle is None:
+            return None
+        wanted = {
+            n: q
+            for n, q in pod.fit_requests.scalar.items()
+            if q and is_dra_extended_resource_name(n)
+        }
+        if not wanted:
+            return None
+        classes = extended_resource_classes(self.handle.objects.list(CLASSES))
+        if not any(n in classes for n in wanted):
+            return None
+        s.extended_resources = wanted
+        s.classes = classes
+        for claim in self.handle.objects.list(CLAIMS, pod.namespace):
+            if _is_extended_claim_of(claim, pod):
+                meta = _meta(claim)
+                current = self._claim(pod.namespace, str(meta.get("name", "")))
+                return _ClaimInfo("", current if current is not None else claim, extended=True)
+        fresh: dict[str, Any] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "namespace": pod.namespace,
+                "name": EXTENDED_CLAIM_NAME,
+                # a stand-in uid for the allocation in flight
+                "uid": str(uuid.uuid4()),
+                "generateName": f"{pod.name}-extended-resources-",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod.name,
+                        "uid": pod.uid,
+                        "controller": True,
+                    }
+                ],
+                "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+            },
+            "spec": {},
+        }
+        return _ClaimInfo("", fresh, extended=True)
+
+    def _filter_extended(
+        self, s: _State, info: _ClaimInfo, pod: PodInfo, node_info: NodeInfo
+    ) -> Status | None:
+        """Which of the pod's extended resources the node leaves to DRA; records the
+        extended claim with the node's requests in ``s.node_extended``."""
+        if _d(_d(info.claim.get("spec")).get("devices")).get("requests") is not None:
+            # a claim of an earlier attempt: PostFilter deletes it, then start anew
+            return Status.unresolvable(MSG_EXTENDED_STALE)
+        allocatable = node_info.allocatable.scalar
+        need: dict[str, int] = {}
+        for name, quantity in s.extended_resources.items():
+            have = allocatable.get(name)
+            if name in s.classes and not have:
+                need[name] = quantity
+            elif have is None:
+                return Status.unresolvable(MSG_EXTENDED_CANNOT_FIT)
+        s.node_extended.pop(node_info.name, None)
+        if not need or info.allocated:
+            return None
+        requests, mappings = extended_resource_requests(pod.spec, need, s.classes)
+        node_claim = copy.deepcopy(info.claim)
+        node_claim.setdefault("spec", {})["devices"] = {"requests": requests}
+        s.node_extended[node_info.name] = (node_claim, mappings)
+        return None
+
     def _check_class(self, class_name: Any, request: str) -> Status | None:
         assert self.handle is not None
         if not class_name:
@@ -458,6 +618,13 @@ class DynamicResources:
         s = state.get(STATE_KEY)
         if not isinstance(s, _State) or not s.has_claims:
             return None
+        extended = s.extended
+        if extended is not None:
+            st = self._filter_extended(s, extended, pod, node_info)
+            if st is not None:
+                return st
+            if node_info.name not in s.node_extended and not s.has_user_claims:
+                return None  # the node's allocatable serves the extended resources
         node = node_info.node
         labels = node.labels if node is not None else {}
         unavailable = [
@@ -468,7 +635,11 @@ class DynamicResources:
         ]
         allocations: list[dict[str, Any]] = []
         if s.allocator is not None:
-            claims = [c.claim for c in s.to_allocate()]
+            node_extended = s.node_extended.get(node_info.name)
+            claims = [
+                node_extended[0] if c.extended and node_extended is not None else c.claim
+                for c in s.node_to_allocate(node_info.name)
+            ]
             failure: Status | None = None
             timeout = self.args.filter_timeout
             deadline = time.monotonic() + timeout if timeout > 0 else None
@@ -517,12 +688,19 @@ class DynamicResources:
             return
         out: list[ClaimDevices] = []
         fresh = iter(allocations)
+        node_extended = s.node_extended.get(node)
         for i, info in enumerate(s.claims):
             meta = _meta(info.claim)
             entry = ClaimDevices(
                 f"{meta.get('namespace', '')}/{meta.get('name', '')}", info.pod_claim
             )
             out.append(entry)
+            claim = info.claim
+            if info.extended and not info.allocated:
+                if node_extended is None:
+                    entry.reason = "the node's allocatable serves the pod's extended resources"
+                    continue
+                claim = node_extended[0]
             if info.allocated:
                 entry.allocated = True
                 entry.devices = result_devices(_d(_d(info.claim.get("status")).get("allocation")))
@@ -539,7 +717,7 @@ class DynamicResources:
                 continue
             assert s.allocator is not None
             try:
-                alone = s.allocator.allocate(node, labels, [info.claim])
+                alone = s.allocator.allocate(node, labels, [claim])
             except (AllocationError, FailedOnNode, Unsupported) as exc:
                 entry.reason = str(exc)
                 continue
@@ -564,7 +742,13 @@ class DynamicResources:
         if not s.has_claims:
             return None, Status.unschedulable()
         assert self.handle is not None
+        extended = s.extended
+        stale = extended is not None and _meta(extended.claim).get("name") != EXTENDED_CLAIM_NAME
         for index in sorted(s.unavailable):
+            if s.claims[index].extended:
+                if stale:
+                    break
+                continue
             claim = s.claims[index].claim
             reserved = _l(_d(claim.get("status")).get("reservedFor"))
             if not reserved or (len(reserved) == 1 and _d(reserved[0]).get("uid") == pod.uid):
@@ -583,7 +767,49 @@ class DynamicResources:
                 except Exception as exc:
                     return None, Status.as_error(str(exc) or type(exc).__name__)
                 return None, Status.unschedulable(MSG_DEALLOCATED)
+        if extended is not None and stale:
+            try:
+                await self._delete_claim(extended.claim)
+            except Exception as exc:
+                return None, Status.as_error(str(exc) or type(exc).__name__)
+            return None, Status.unschedulable(MSG_DELETED)
         return None, Status.unschedulable()
+
+    async def _delete_claim(self, claim: Mapping[str, Any]) -> None:
+        """Remove the delete-protection finalizer (with conflict retries), then delete
+        the claim (already gone is fine)."""
+        assert self.handle is not None
+        client = self.handle.client
+        meta = _meta(claim)
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        path = f"{API}/namespaces/{ns}/resourceclaims/{name}"
+        body = copy.deepcopy(dict(claim))
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                if attempt:
+                    try:
+                        body = await client.request("GET", path)
+                    except Exception as exc:
+                        raise ClaimError(f"get resourceclaim {ns}/{name}: {exc}") from exc
+                finalizers = [f for f in _l(_meta(body).get("finalizers")) if f != FINALIZER]
+                body.setdefault("metadata", {})["finalizers"] = finalizers
+                try:
+                    await client.request("PUT", path, body)
+                except Exception as exc:
+                    if _conflict(exc):
+                        raise
+                    raise ClaimError(f"update resourceclaim {ns}/{name}: {exc}") from exc
+                break
+            except Exception as exc:
+                if _conflict(exc) and attempt + 1 < CONFLICT_RETRIES:
+                    await asyncio.sleep(CONFLICT_DELAY)
+                    continue
+                raise
+        try:
+            await client.request("DELETE", path)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
 
     # ---- Score -------------------------------------------------------------------------
     def pre_score(
@@ -635,7 +861,7 @@ class DynamicResources:
         s = state.get(STATE_KEY)
         if not isinstance(s, _State) or not s.has_claims or s.allocator is None:
             return None
-        todo = s.to_allocate()
+        todo = s.node_to_allocate(node_name)
         if not todo:
             return None
         allocations = s.node_allocations.get(node_name)
@@ -648,6 +874,9 @@ class DynamicResources:
             )
         for info, alloc in zip(todo, allocations, strict=True):
             info.allocation = alloc
+            info.reserved_uid = info.uid
+            if info.extended:
+                info.node_claim, info.mappings = s.node_extended[node_name]
             meta = _meta(info.claim)
             self._in_flight[info.uid] = (f"{meta.get('namespace')}/{meta.get('name')}", alloc)
         return None
@@ -658,8 +887,13 @@ class DynamicResources:
             return
         for info in s.claims:
             if info.allocation is not None:
-                self._in_flight.pop(info.uid, None)
+                self._in_flight.pop(info.reserved_uid or info.uid, None)
                 self._assumed.pop(info.uid, None)
+            if info.extended:
+                if _meta(info.claim).get("name") != EXTENDED_CLAIM_NAME:
+                    # created in PreBind: delete it, so that no claim is left behind
+                    asyncio.get_running_loop().create_task(self._delete_quietly(info.claim))
+                continue
             current = self._claim(
                 str(_meta(info.claim).get("namespace", "")), str(_meta(info.claim).get("name", ""))
             )
@@ -669,6 +903,12 @@ class DynamicResources:
                 and (_reserved_for(current, pod))
             ):
                 asyncio.get_running_loop().create_task(self._unreserve_claim(current, pod))
+
+    async def _delete_quietly(self, claim: Mapping[str, Any]) -> None:
+        try:
+            await self._delete_claim(claim)
+        except Exception:  # as upstream: logged; a later attempt's PostFilter retries
+            return
 
     async def _unreserve_claim(self, claim: Mapping[str, Any], pod: PodInfo) -> None:
         assert self.handle is not None
@@ -707,14 +947,82 @@ class DynamicResources:
         for info in s.claims:
             if _reserved_for(info.claim, pod):
                 continue
+            if info.extended and info.allocation is None:
+                continue  # the node's allocatable serves the extended resources
+            uid = info.reserved_uid or info.uid
             try:
+                if info.extended and _meta(info.claim).get("name") == EXTENDED_CLAIM_NAME:
+                    info.claim = await self._create_extended_claim(info)
                 info.claim = await self._bind_claim(info, pod)
+                if info.extended:
+                    await self._wait_for_informer(info.claim)
+                    await self._write_extended_status(info, pod)
             except Exception as exc:
                 return Status.as_error(str(exc) or type(exc).__name__)
-            written.append(info.uid)
+            written.append(uid)
         for uid in written:
             self._in_flight.pop(uid, None)
         return None
+
+    async def _create_extended_claim(self, info: _ClaimInfo) -> dict[str, Any]:
+        """Create the extended claim as Filter made it for the node (no name, uid or
+        status: the apiserver generates the name)."""
+        assert self.handle is not None and info.node_claim is not None
+        body = copy.deepcopy(info.node_claim)
+        meta = body.setdefault("metadata", {})
+        meta.pop("name", None)
+        meta.pop("uid", None)
+        body.pop("status", None)
+        ns = str(meta.get("namespace", ""))
+        try:
+            created: dict[str, Any] = await self.handle.client.request(
+                "POST", f"{API}/namespaces/{ns}/resourceclaims", body
+            )
+        except Exception as exc:
+            raise ClaimError(f"create claim for extended resources {ns}/: {exc}") from exc
+        return created
+
+    async def _wait_for_informer(self, claim: Mapping[str, Any]) -> None:
+        """Wait (up to EXTENDED_CLAIM_WAIT) until the informer has the created claim, so
+        that its devices stay taken for the next pods once it leaves the in-flight
+        allocations; past the limit, go on."""
+        assert self.handle is not None
+        meta = _meta(claim)
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        deadline = time.monotonic() + EXTENDED_CLAIM_WAIT
+        while self.handle.objects.get(CLAIMS, ns, name) is None:
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.05)
+
+    async def _write_extended_status(self, info: _ClaimInfo, pod: PodInfo) -> None:
+        """The pod's ``status.extendedResourceClaimStatus``: the claim's name and which
+        request serves each container's extended resource."""
+        assert self.handle is not None
+        if not info.mappings:
+            raise ClaimError(
+                f"nil or empty request mappings, no update of pod {pod.namespace}/{pod.name} "
+                "ExtendedResourceClaimStatus"
+            )
+        patch = {
+            "status": {
+                "extendedResourceClaimStatus": {
+                    "requestMappings": info.mappings,
+                    "resourceClaimName": _meta(info.claim).get("name", ""),
+                }
+            }
+        }
+        try:
+            await self.handle.client.request(
+                "PATCH",
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
+                patch,
+                content_type="application/strategic-merge-patch+json",
+            )
+        except Exception as exc:
+            raise ClaimError(
+                f"update pod {pod.namespace}/{pod.name} ExtendedResourceClaimStatus: {exc}"
+            ) from exc
 
     async def _bind_claim(self, info: _ClaimInfo, pod: PodInfo) -> dict[str, Any]:
         assert self.handle is not None
@@ -780,7 +1088,8 @@ class DynamicResources:
                 ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM)
             ),
             ClusterEventWithHint(
-                ClusterEvent(EventResource.RESOURCE_CLAIM, add_update), self._after_claim_change
+                ClusterEvent(EventResource.RESOURCE_CLAIM, add_update | ActionType.DELETE),
+                self._after_claim_change,
             ),
             ClusterEventWithHint(
                 ClusterEvent(EventResource.RESOURCE_SLICE, add_update), self._if_pod_has_claims
@@ -791,13 +1100,17 @@ class DynamicResources:
         ]
 
     def _if_pod_has_claims(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-        return QueueingHint.QUEUE if pod.spec.get("resourceClaims") else QueueingHint.SKIP
+        """Pods with claims, or with extended resources a DeviceClass may back."""
+        return QueueingHint.QUEUE if _uses_dra(pod) else QueueingHint.SKIP
 
     def _after_claim_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """Queue when the claim is one of the pod's, or when another claim's devices
-        were freed (its allocation removed)."""
-        if not pod.spec.get("resourceClaims"):
+        were freed (its allocation removed, or the claim deleted while allocated)."""
+        if not _uses_dra(pod):
             return QueueingHint.SKIP
+        if new is None:
+            allocated = bool(_d(_d(old).get("status")).get("allocation"))
+            return QueueingHint.QUEUE if allocated else QueueingHint.SKIP
         claim = _d(new)
         meta = _meta(claim)
         if meta.get("namespace") == pod.namespace:

@@ -10,6 +10,12 @@ Score applies the configured strategy over the configured resources. CPU and
 memory use the non-zero requests (100m / 200Mi for a container that sets none)
 of the node's pods and of the incoming pod; other resources use the real ones.
 An extended resource the pod does not request is left out of the score.
+
+Extended resources backed by DRA (DRAExtendedResource): a resource the pod requests
+that a DeviceClass backs (its ``extendedResourceName``, or
+``deviceclass.resource.kubernetes.io/<class>``) is not checked on a node that does
+not advertise it in allocatable: DynamicResources allocates devices for it there.
+Pods requesting such a resource have no signature (OpportunisticBatching).
 """
 
 from __future__ import annotations
@@ -41,6 +47,11 @@ from kscheduler.framework import (
     signing,
 )
 from kscheduler.framework.args import ConfigError, Fields
+from kscheduler.framework.dra import (
+    DEVICE_CLASS_RESOURCE_PREFIX,
+    extended_resource_classes,
+    is_dra_extended_resource_name,
+)
 from kscheduler.framework.helpers import filter_rejections
 from kscheduler.framework.shape import (
     MAX_CUSTOM_PRIORITY_SCORE,
@@ -53,6 +64,10 @@ from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeResourcesFit"
 PRE_FILTER_KEY = "PreFilter" + NAME
+#: The pod's requested resources that DeviceClasses back (DRAExtendedResource).
+PRE_FILTER_DRA_KEY = "PreFilter" + NAME + "DRA"
+DEVICE_CLASSES = "deviceclasses"
+MSG_SIGNATURE_DRA = "signature disabled when dra extended resources are used in the cluster"
 PRE_SCORE_KEY = "PreScore" + NAME
 
 LEAST_ALLOCATED = "LeastAllocated"
@@ -239,9 +254,11 @@ def insufficient_resources(
     node_info: NodeInfo,
     ignored: frozenset[str] = frozenset(),
     ignored_groups: frozenset[str] = frozenset(),
+    dra_backed: frozenset[str] = frozenset(),
 ) -> list[InsufficientResource]:
     """Every resource the node lacks for ``req``, pods first, then cpu, memory,
-    ephemeral-storage, then scalar resources by name."""
+    ephemeral-storage, then scalar resources by name. A resource of ``dra_backed``
+    is not checked on a node without it in allocatable (DRA serves it there)."""
     out: list[InsufficientResource] = []
     alloc = node_info.allocatable
     used = node_info.requested
@@ -271,6 +288,8 @@ def insufficient_resources(
             ):
                 continue
             have = alloc.scalar.get(name, 0)
+            if have <= 0 and name in dra_backed:
+                continue
             taken = used.scalar.get(name, 0)
             if want > have - taken:
                 out.append(
@@ -429,25 +448,58 @@ def allocatable_and_requested(node_info: NodeInfo, name: str, pod_request: int) 
 # ---- plugin -------------------------------------------------------------------------------
 
 
+def _class_extended_name(device_class: Mapping[str, Any]) -> str | None:
+    spec = device_class.get("spec")
+    ext = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+    return str(ext) if ext else None
+
+
+def dra_backed_resources(
+    req: Resource, classes: Callable[[], Mapping[str, Any]] | None
+) -> frozenset[str]:
+    """The resources ``req`` asks for (non-zero) that a DeviceClass backs; ``classes``
+    gives the extended resource -> DeviceClass mapping, looked up only when ``req``
+    has a name it could hold."""
+    names = [n for n, q in req.scalar.items() if q and is_dra_extended_resource_name(n)]
+    if not names or classes is None:
+        return frozenset()
+    mapping = classes()
+    return frozenset(n for n in names if n in mapping)
+
+
 class NodeResourcesFit:
     name = NAME
+    required_kinds = (DEVICE_CLASSES,)
 
-    def __init__(self, args: NodeResourcesFitArgs) -> None:
+    def __init__(self, args: NodeResourcesFitArgs, handle: Handle | None = None) -> None:
         self.args = args
+        self.handle = handle
         self._ignored = args.ignored_resources
         self._ignored_groups = args.ignored_resource_groups
         self._names = tuple(r.name for r in args.scoring_strategy.resources)
         self._scorer = build_scorer(args.scoring_strategy)
 
+    def _classes(self) -> Mapping[str, Any]:
+        assert self.handle is not None
+        return extended_resource_classes(self.handle.objects.list(DEVICE_CLASSES))
+
+    def _dra_backed(self, req: Resource) -> frozenset[str]:
+        return dra_backed_resources(req, self._classes if self.handle is not None else None)
+
     def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
-        """The pod's effective requests from its spec (OpportunisticBatching)."""
+        """The pod's effective requests from its spec (OpportunisticBatching); none when
+        it asks for an extended resource backed by DRA."""
         r = pod.fit_requests
+        if self._dra_backed(r):
+            return [], Status.unschedulable(MSG_SIGNATURE_DRA)
         value = [r.milli_cpu, r.memory, r.ephemeral_storage, sorted(r.scalar.items())]
         return [SignFragment(signing.RESOURCES, value)], None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeResourcesFit:
-        return cls(args if isinstance(args, NodeResourcesFitArgs) else NodeResourcesFitArgs())
+        return cls(
+            args if isinstance(args, NodeResourcesFitArgs) else NodeResourcesFitArgs(), handle
+        )
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [
@@ -463,7 +515,29 @@ class NodeResourcesFit:
                 ),
                 self._after_node_change,
             ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
+                self._after_device_class_change,
+            ),
         ]
+
+    @staticmethod
+    def _after_device_class_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue when the class (newly) backs a resource the pod requests: its implicit
+        name on add, its extendedResourceName when added or changed."""
+        if not isinstance(new, dict):
+            return QueueingHint.QUEUE
+        ext = _class_extended_name(new)
+        if isinstance(old, dict) and _class_extended_name(old) == ext:
+            return QueueingHint.SKIP
+        reqs = pod.fit_requests.scalar
+        if old is None:
+            name = str((new.get("metadata") or {}).get("name", ""))
+            if DEVICE_CLASS_RESOURCE_PREFIX + name in reqs:
+                return QueueingHint.QUEUE
+        if ext and ext in reqs:
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
 
     @staticmethod
     def _after_pod_event(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
@@ -485,24 +559,30 @@ class NodeResourcesFit:
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
 
-    @staticmethod
-    def _after_node_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-        """Queue when the pod fits the new node and the node is new or grew."""
+    def _after_node_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue when the pod fits the new node and the node is new or grew (a resource
+        DRA serves on the node counts as fitting and as not grown)."""
         if not isinstance(new, NodeRecord) or not (old is None or isinstance(old, NodeRecord)):
             return QueueingHint.QUEUE
-        if insufficient_resources(pod.fit_requests, NodeInfo(new.name, new)):
+        req = pod.fit_requests
+        backed = self._dra_backed(req)
+        if insufficient_resources(req, NodeInfo(new.name, new), dra_backed=backed):
             return QueueingHint.SKIP
         if old is None:
             return QueueingHint.QUEUE
-        if _any_requested_increased(pod.fit_requests, old.allocatable, new.allocatable):
+        if _any_requested_increased(req, old.allocatable, new.allocatable):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status | None]:
-        """Success: records the pod's effective request (from its spec) for Filter."""
-        state.write(PRE_FILTER_KEY, pod.fit_requests)
+        """Success: records the pod's effective request (from its spec) for Filter, and
+        which of its resources DeviceClasses back."""
+        req = pod.fit_requests
+        state.write(PRE_FILTER_KEY, req)
+        if req.scalar:
+            state.write(PRE_FILTER_DRA_KEY, self._dra_backed(req))
         return None, None
 
     def filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
@@ -515,7 +595,10 @@ class NodeResourcesFit:
             )
         if not req.scalar and fits_plainly(req, node_info):
             return None
-        short = insufficient_resources(req, node_info, self._ignored, self._ignored_groups)
+        backed = state.get(PRE_FILTER_DRA_KEY) if req.scalar else None
+        short = insufficient_resources(
+            req, node_info, self._ignored, self._ignored_groups, backed or frozenset()
+        )
         if not short:
             return None
         code = (

@@ -421,11 +421,13 @@ def test_parse_args_errors(raw: dict[str, Any], path: str) -> None:
 
 
 def test_events() -> None:
-    pod_reg, node_reg = FIT.events_to_register()
+    pod_reg, node_reg, class_reg = FIT.events_to_register()
     assert pod_reg.event.resource is EventResource.POD
     assert pod_reg.event.action == ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN
     assert node_reg.event.resource is EventResource.NODE
     assert node_reg.event.action == ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE
+    assert class_reg.event.resource is EventResource.DEVICE_CLASS
+    assert class_reg.event.action == ActionType.ADD | ActionType.UPDATE
 
 
 def test_node_hint() -> None:
