@@ -491,7 +491,22 @@ async def test_identity_is_allowed_everything_kscheduler_does(
         {"verb": "update", "resource": "persistentvolumeclaims", "namespace": ns},
         {"verb": "patch", "resource": "persistentvolumeclaims", "namespace": ns},
         # DRA: the claim's finalizer (update), its allocation and reservedFor (update of
-        # status), deallocation in PostFilter (update) and Unreserve (patch of status)
+        # status), deallocation in PostFilter (update) and Unreserve (patch of status);
+        # the claim for a pod's extended resources backed by DRA (create in PreBind,
+        # delete in Unreserve and PostFilter; the pod's extendedResourceClaimStatus is a
+        # patch of pods/status, above)
+        {
+            "verb": "create",
+            "group": "resource.k8s.io",
+            "resource": "resourceclaims",
+            "namespace": ns,
+        },
+        {
+            "verb": "delete",
+            "group": "resource.k8s.io",
+            "resource": "resourceclaims",
+            "namespace": ns,
+        },
         {
             "verb": "update",
             "group": "resource.k8s.io",
