@@ -60,6 +60,8 @@ Scenario format::
       gpu: {devices: [gpus/node-a/gpu-0]}  # a ResourceClaim: request/pool/device, in order
                                           # (a firstAvailable request: main/sub/pool/device)
       web:gpu: {allocated: false}         # a template's claim: pod name, ":", pod claim name
+      gpu-pod:extended-resources: {devices: [container-0-request-1/node-a/gpu-0]}
+                                          # the claim made for a pod's extended resources
     schedulerStartsAfterPods: false     # true: all pods exist before the scheduler starts
     settleSeconds: 2                    # quiet time that ends a run
     timeoutSeconds: 60
@@ -83,7 +85,9 @@ pending reason, nominated node, message, event reasons), with the workload's
 status counts; a StatefulSet's pods by name. Claims in the scenario's
 namespaces: volumeName, phase and the selected-node annotation. ResourceClaims in
 the scenario's namespaces (a claim made from a template is named after its pod and
-the pod's claim name, "pod:claim"): whether allocated, each result's request,
+the pod's claim name, "pod:claim"; the claim a scheduler makes for a pod's
+extended resources backed by DRA, whose name is generated, "pod:extended-resources"):
+whether allocated, each result's request,
 driver, pool, device and adminAccess in order, the allocation's node selector and
 the pods it is reserved for.
 
@@ -1886,7 +1890,8 @@ def observe(
     Pods with a known name (absent ones: exists=False, with the events of the uid
     they had, from uids); each workload's status and the placements of the pods it
     controls (a Deployment's through its ReplicaSets); the claims by "ns/name"; the
-    ResourceClaims by "ns/name", or "ns/pod:claim" for one made from a template.
+    ResourceClaims by "ns/name", "ns/pod:claim" for one made from a template, or
+    "ns/pod:extended-resources" for one made for the pod's extended resources.
     """
     reasons: dict[str, set[str]] = {}
     for ev in events:
@@ -1947,6 +1952,10 @@ def observe(
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 """The pod's claim name on a ResourceClaim the controller made from a template."""
+EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
+"""Marks the ResourceClaim a scheduler made for a pod's extended resources."""
+EXTENDED_RESOURCE_CLAIM_KEY: Final = "extended-resources"
+"""Its name in the outcome, after the pod's name and ":" (the real name is random)."""
 
 
 def _device_claim_outcome(claim: Mapping[str, Any]) -> DeviceClaimOutcome:
@@ -1963,6 +1972,9 @@ def _device_claim_outcome(claim: Mapping[str, Any]) -> DeviceClaimOutcome:
     )
     if pod_claim and owner is not None:
         name = f"{owner['name']}:{pod_claim}"
+    annotations = meta.get("annotations") or {}
+    if annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true" and owner is not None:
+        name = f"{owner['name']}:{EXTENDED_RESOURCE_CLAIM_KEY}"
     status = claim.get("status") or {}
     alloc = status.get("allocation")
     reserved = tuple(

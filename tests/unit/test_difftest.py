@@ -304,6 +304,25 @@ def test_resource_claims_are_compared_and_expected() -> None:
     assert [d.field for d in check_expectations(sc, ours)] == ["devices"]
 
 
+def test_the_claim_for_a_pods_extended_resources_is_named_after_the_pod() -> None:
+    sc = scenario(expectClaims={"p:extended-resources": {"devices": ["gpus/n0/gpu-0"]}})
+    owner = [{"kind": "Pod", "name": "p", "uid": "u", "controller": True}]
+    note = {"resource.kubernetes.io/extended-resource-claim": "true"}
+
+    def seen(name: str, device: str) -> Any:
+        claim = _resource_claim(name, [device], annotations=note, ownerReferences=owner)
+        return observe(sc, pods=[], resource_claims=[claim]).device_claims
+
+    ref = run("reference", {}, device_claims=dict(seen("p-extended-resources-ab12c", "gpu-0")))
+    same = run("kscheduler", {}, device_claims=dict(seen("p-extended-resources-zz9x8", "gpu-0")))
+    other = run("kscheduler", {}, device_claims=dict(seen("p-extended-resources-zz9x8", "gpu-1")))
+    assert set(ref.device_claims) == {"default/p:extended-resources"}
+    assert compare(sc, ref, same) == []
+    assert [d.field for d in compare(sc, ref, other)] == ["resourceclaim"]
+    assert check_expectations(sc, ref) == []
+    assert [d.field for d in check_expectations(sc, other)] == ["devices"]
+
+
 def test_resource_claim_expectations_are_checked_when_parsed() -> None:
     with pytest.raises(ScenarioError, match="request/pool/device"):
         scenario(expectClaims={"gpu": {"devices": ["n0/gpu-0"]}})
