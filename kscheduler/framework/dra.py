@@ -38,9 +38,10 @@ DeviceTaintRules.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from itertools import chain
 from typing import Any
 
@@ -51,7 +52,12 @@ from kscheduler.framework.cel import (
     compile_selector,
     make_device_input,
 )
-from kscheduler.framework.quantity import QuantityError, parse_decimal
+from kscheduler.framework.quantity import (
+    QuantityError,
+    format_quantity,
+    parse_decimal,
+    quantity_format,
+)
 from kscheduler.framework.selectors import NodeSelector, SelectorError
 
 #: resourceapi.AllocationResultsMaxSize
@@ -113,6 +119,247 @@ def _counters(raw: Any, where: str) -> Counters:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A device's own node selection (``nodeName``, ``allNodes`` or ``nodeSelector``),
+    used when its slice sets ``perDeviceNodeSelection``."""
+
+    node_name: str = ""
+    all_nodes: bool = False
+    selector: NodeSelector | None = None
+    selector_raw: dict[str, Any] | None = None
+    selector_error: str = ""
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any]) -> DeviceNode:
+        raw = d.get("nodeSelector")
+        selector = None
+        err = ""
+        if isinstance(raw, dict):
+            try:
+                selector = NodeSelector.parse(raw, "nodeSelector")
+            except SelectorError as exc:
+                err = str(exc)
+        return cls(
+            str(d.get("nodeName") or ""),
+            d.get("allNodes") is True,
+            selector,
+            raw if isinstance(raw, dict) else None,
+            err,
+        )
+
+    def matches(self, device: str, slice_name: str, node: str, labels: Mapping[str, str]) -> bool:
+        if self.node_name:
+            return self.node_name == node
+        if self.all_nodes:
+            return True
+        if self.selector_raw is not None:
+            if self.selector_error:
+                raise AllocationError(
+                    f"failed to perform node selection for device {device} in slice "
+                    f"{slice_name}: {self.selector_error}"
+                )
+            return self.selector is not None and self.selector.matches(labels, node)
+        return False
+
+
+#: a quantity: its exact value and its text (the API's canonical form)
+Quantity = tuple[Decimal, str]
+
+_MAX_INT64 = 2**63 - 1
+
+
+def _quantity(raw: Any, where: str) -> Quantity:
+    text = str(raw)
+    try:
+        return parse_decimal(text), text
+    except QuantityError as exc:
+        raise QuantityError(f"{where}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """One capacity of a device with its ``requestPolicy`` (DRAConsumableCapacity)."""
+
+    value: Quantity
+    policy: bool = False
+    default: Quantity | None = None
+    #: ``validValues`` (None when the policy has none)
+    valid_values: tuple[Quantity, ...] | None = None
+    #: whether the policy has a ``validRange``, and its bounds
+    valid_range: bool = False
+    min: Quantity | None = None
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], where: str) -> Capacity:
+        value = _quantity(raw.get("value", "0"), where)
+        policy = raw.get("requestPolicy")
+        if not isinstance(policy, dict):
+            return cls(value)
+
+        def opt(v: Any, what: str) -> Quantity | None:
+            return None if v is None else _quantity(v, f"{where}, {what}")
+
+        values = policy.get("validValues")
+        rng = policy.get("validRange")
+        rng_d = _d(rng)
+        return cls(
+            value,
+            True,
+            opt(policy.get("default"), "default"),
+            None
+            if not isinstance(values, list)
+            else tuple(_quantity(v, f"{where}, validValues") for v in values),
+            isinstance(rng, dict),
+            opt(rng_d.get("min"), "validRange.min"),
+            opt(rng_d.get("max"), "validRange.max"),
+            opt(rng_d.get("step"), "validRange.step"),
+        )
+
+    # ---- upstream's consumable-capacity arithmetic ---------------------------------------
+    def consumed(self, request: Quantity | None) -> Quantity:
+        """What a request (None: the request names no amount of this capacity) takes of
+        the capacity: the policy's default or the whole value when none is named;
+        else the request rounded up to the policy (validRange: to min, then to the
+        next step from min; validValues: to the first value not below it).
+        :class:`CapacityError` when the rounding cannot be represented."""
+        if request is None:
+            return self.default if self.default is not None else self.value
+        if not self.policy:
+            return request
+        if self.valid_range and self.min is not None:
+            return self._round_up_range(request, self.min)
+        if self.valid_values is not None:
+            for v in self.valid_values:
+                if request[0] <= v[0]:
+                    return v
+        return request
+
+    def _use_milli(self) -> bool:
+        for q in (self.min, self.max, self.step):
+            if q is not None and _milli(q[0]) is None:
+                return False
+        return self.step is None or (_milli(self.step[0]) or 0) >= 1
+
+    def _round_up_range(self, request: Quantity, low: Quantity) -> Quantity:
+        if request[0] < low[0]:
+            return low
+        if self.step is None:
+            return request
+        fmt = quantity_format(self.step[1])
+        if self._use_milli():
+            req = _milli(request[0])
+            if req is None:
+                raise CapacityError(
+                    f"{_NOT_REPRESENTABLE}: request {request[1]} is not a representable milli value"
+                )
+            step = _milli(self.step[0]) or 1
+            lo = _milli(low[0]) or 0
+            added = req - lo
+            n = -(-added // step)
+            if n > (_MAX_INT64 - lo) // step:
+                raise CapacityError(
+                    f"{_NOT_REPRESENTABLE}: rounding request {request[1]} up to the next step "
+                    "passes the milli-value range"
+                )
+            val = lo + step * n
+            dec = Decimal(val // 1000) if val % 1000 == 0 else Decimal(val).scaleb(-3)
+            return dec, format_quantity(dec, fmt)
+        if request[0] > _MAX_INT64:
+            raise CapacityError(f"{_NOT_REPRESENTABLE}: request {request[1]} exceeds MaxInt64")
+        req_i, step_i, lo_i = _ceil(request[0]), _ceil(self.step[0]), _ceil(low[0])
+        added = req_i - lo_i
+        n = -(-added // step_i)
+        if lo_i >= 0 and n > (_MAX_INT64 - lo_i) // step_i:
+            raise CapacityError(
+                f"{_NOT_REPRESENTABLE}: rounding request {request[1]} up to the next step "
+                "passes MaxInt64"
+            )
+        dec = Decimal(lo_i + step_i * n)
+        return dec, format_quantity(dec, fmt)
+
+    def violates(self, amount: Decimal) -> bool:
+        """Whether an amount taken is not one the request policy allows."""
+        if not self.policy:
+            return False
+        if self.default is not None and amount == self.default[0]:
+            return False
+        if self.valid_range:
+            if self.max is not None and amount > self.max[0]:
+                return True
+            if self.step is not None:
+                low = self.min[0] if self.min is not None else Decimal(0)
+                if self._use_milli():
+                    req = _milli(amount)
+                    if req is None:
+                        return True
+                    return (req - (_milli(low) or 0)) % (_milli(self.step[0]) or 1) != 0
+                return (_ceil(amount) - _ceil(low)) % _ceil(self.step[0]) != 0
+            return False
+        if self.valid_values:
+            return all(amount != v[0] for v in self.valid_values)
+        return False
+
+
+_NOT_REPRESENTABLE = "capacity request cannot be represented in the device's range arithmetic"
+
+
+class CapacityError(Exception):
+    """A capacity request that upstream's range arithmetic cannot represent (fatal)."""
+
+
+def _ceil(v: Decimal) -> int:
+    """resource.Quantity.Value(): the value rounded up to an integer."""
+    return int(v.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _milli(v: Decimal) -> int | None:
+    """The value in milli-units when exact and within int64, else None."""
+    m = v * 1000
+    if m != m.to_integral_value() or abs(m) > _MAX_INT64:
+        return None
+    return int(m)
+
+
+def capacity_fits(
+    requests: Mapping[str, Quantity] | None,
+    capacities: Mapping[str, Capacity],
+    allocated: Mapping[str, Decimal],
+    allocating: Mapping[str, Decimal],
+) -> bool:
+    """Whether a request fits the device's capacities (upstream's CmpRequestOverCapacity).
+
+    False when the request names a capacity the device does not have, when what it
+    takes of a capacity breaks the capacity's request policy, or when that plus what
+    allocated shares (``allocated``) and shares picked in this search
+    (``allocating``) take passes the capacity's value. :class:`CapacityError` when
+    a request cannot be represented or an amount taken is negative (checked for every
+    capacity before the rest)."""
+    if requests:
+        for name in requests:
+            if name not in capacities:
+                return False
+    taken: dict[str, Decimal] = {}
+    for name, cap in capacities.items():
+        try:
+            amount = cap.consumed(requests.get(name) if requests else None)[0]
+        except CapacityError as exc:
+            raise CapacityError(f'capacity "{name}": {exc}') from exc
+        if amount < 0:
+            raise CapacityError(f'capacity "{name}": capacity value is negative')
+        taken[name] = amount
+    for name, cap in capacities.items():
+        amount = taken[name]
+        if cap.violates(amount):
+            return False
+        total = amount + allocated.get(name, 0) + allocating.get(name, 0)
+        if total > cap.value[0]:
+            return False
+    return True
+
+
 @dataclass(slots=True, eq=False)
 class Device:
     name: str
@@ -124,10 +371,23 @@ class Device:
     consumes_counters: tuple[tuple[str, Counters], ...]
     allow_multiple_allocations: bool
     raw: dict[str, Any]
+    #: the device's own node selection (set in a slice with perDeviceNodeSelection)
+    node: DeviceNode | None = None
     _input: DeviceInput | None = None
     _input_error: str = ""
     #: expression -> match (True/False) or the runtime error text
     cel_results: dict[str, bool | str] = field(default_factory=dict)
+    #: the capacities with their request policies, parsed on first use
+    _capacities: dict[str, Capacity] | None = None
+
+    def capacities(self) -> dict[str, Capacity]:
+        """``capacity`` parsed (QuantityError for a quantity that does not parse)."""
+        if self._capacities is None:
+            self._capacities = {
+                name: Capacity.parse(_d(raw), f"device {self.name}, capacity {name}")
+                for name, raw in self.capacity.items()
+            }
+        return self._capacities
 
     def cel_input(self, driver: str) -> DeviceInput:
         if self._input is None and not self._input_error:
@@ -178,6 +438,7 @@ class Slice:
                 err = str(exc)
         devices = []
         counters_error = ""
+        per_device = spec.get("perDeviceNodeSelection") is True
         shared: list[tuple[str, Counters]] = []
         for cs in _l(spec.get("sharedCounters")):
             cs = _d(cs)
@@ -207,6 +468,7 @@ class Slice:
                     consumes_counters=tuple(consumes),
                     allow_multiple_allocations=bool(d.get("allowMultipleAllocations")),
                     raw=d,
+                    node=DeviceNode.parse(d) if per_device else None,
                 )
             )
         return cls(
@@ -222,7 +484,7 @@ class Slice:
             node_selector=selector,
             node_selector_raw=ns_raw if isinstance(ns_raw, dict) else None,
             node_selector_error=err,
-            per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
+            per_device_node_selection=per_device,
             shared_counters=tuple(shared),
             devices=tuple(devices),
             counters_error=counters_error,
@@ -355,15 +617,19 @@ def gather_pools(
     index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
     by_pool: dict[tuple[str, str], list[Slice]] = {}
     for s in index.candidates(node_name):
-        if s.per_device_node_selection:
-            if any(True for _ in s.devices):
-                raise Unsupported(
-                    f"ResourceSlice {s.name} uses perDeviceNodeSelection, which kscheduler "
-                    "does not support"
-                )
-            continue
-        if not _slice_matches_node(s, node_name, labels):
-            continue
+        if s.node_name or s.all_nodes or s.node_selector_raw is not None:
+            if not _slice_matches_node(s, node_name, labels):
+                continue
+        elif s.per_device_node_selection:
+            # the slice counts when one of its devices reaches the node; the others
+            # are turned down per device (after the selectors, as upstream)
+            if not any(
+                dev.node is not None and dev.node.matches(dev.name, s.name, node_name, labels)
+                for dev in s.devices
+            ):
+                continue
+        else:
+            continue  # no node selection known: not for this node
         key = (s.driver, s.pool)
         have = by_pool.get(key)
         if have is None or s.generation > have[0].generation:
@@ -436,6 +702,8 @@ class _Request:
     admin_access: bool = False
     all_devices: list[tuple[Device, DeviceID, Slice, Pool]] = field(default_factory=list)
     selected_sub: int = 0
+    #: ``capacity.requests`` (None when it names none)
+    capacity: dict[str, Quantity] | None = None
 
     @property
     def full_name(self) -> str:
@@ -519,23 +787,33 @@ class _Result:
     did: DeviceID
     device: Device
     slice: Slice
+    #: a share of an allowMultipleAllocations device (the result gets a shareID)
+    shared: bool = False
+    #: what the share takes of the device's capacities (quantity text by name)
+    consumed: dict[str, str] | None = None
 
 
 class Allocator:
     """Allocates claims per node against one view of slices, classes and taken devices.
 
     ``allocated`` holds the devices in use (claims allocated in the cluster and in
-    flight); ``classes`` maps a DeviceClass name to its JSON."""
+    flight); ``shared`` the devices shared by such claims (consumable capacity) with
+    the capacity they take; ``classes`` maps a DeviceClass name to its JSON."""
 
     def __init__(
         self,
         slices: Sequence[Slice] | SliceIndex,
         classes: Mapping[str, Mapping[str, Any]],
         allocated: set[DeviceID],
+        *,
+        shared: Mapping[DeviceID, Counters] | None = None,
     ) -> None:
         self.index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
         self.classes = classes
         self.allocated = allocated
+        #: allowMultipleAllocations devices with allocated shares -> the capacity the
+        #: shares take together (:func:`shared_capacity`)
+        self.shared: Mapping[DeviceID, Counters] = shared or {}
 
     def allocate(
         self,
@@ -579,6 +857,8 @@ class _Run:
         self.available: dict[str, dict[str, Counters]] = {}
         #: pool id -> counter set -> counters consumed by the devices picked so far
         self.consumed: dict[str, dict[str, Counters]] = {}
+        #: shared device -> (shares picked so far, the capacity they take)
+        self.sharing: dict[DeviceID, tuple[int, Counters]] = {}
 
     # ---- setup -------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]] | None:
@@ -640,11 +920,15 @@ class _Run:
     ) -> _Request:
         claim = self.claims[ci]
         name = str(raw.get("name", ""))
-        if raw.get("capacity"):
-            raise Unsupported(
-                f"claim {claim_key(claim)}, request {name}: capacity requests (consumable "
-                "capacity) are not supported by kscheduler"
-            )
+        capacity = None
+        cap_requests = _d(_d(raw.get("capacity")).get("requests"))
+        if cap_requests:
+            try:
+                capacity = {
+                    str(k): _quantity(v, f"capacity request {k}") for k, v in cap_requests.items()
+                }
+            except QuantityError as exc:
+                raise AllocationError(f"claim {claim_key(claim)}, request {name}: {exc}") from exc
         for i, sel in enumerate(_l(raw.get("selectors"))):
             if not _d(_d(sel).get("cel")).get("expression"):
                 raise AllocationError(
@@ -664,7 +948,7 @@ class _Run:
                 f'{class_name}: deviceclass.resource.k8s.io "{class_name}" not found'
             )
         mode = raw.get("allocationMode") or "ExactCount"
-        rd = _Request(name, parent, raw, dict(cls), mode == "All")
+        rd = _Request(name, parent, raw, dict(cls), mode == "All", capacity=capacity)
         if mode == "ExactCount":
             rd.num_devices = int(raw.get("count") or 1)
         elif mode == "All":
@@ -682,8 +966,16 @@ class _Run:
                 for s in pool.slices:
                     for dev in s.devices:
                         did = DeviceID(s.driver, s.pool, dev.name)
-                        if self._selectable(key, rd, dev, did):
-                            rd.all_devices.append((dev, did, s, pool))
+                        if not self._selectable(key, rd, dev, did, s):
+                            continue
+                        # the device's capacity alone (what is taken counts later)
+                        if (
+                            rd.capacity is not None or dev.allow_multiple_allocations
+                        ) and not self._capacity_fits(
+                            ci, rd, dev, did, "checking", static=True, shown=dev.name
+                        ):
+                            continue
+                        rd.all_devices.append((dev, did, s, pool))
             rd.num_devices = len(rd.all_devices)
         else:
             raise AllocationError(
@@ -756,7 +1048,13 @@ class _Run:
                             continue
                     elif self._in_use(did):
                         continue
-                    if not self._selectable(key, rd, dev, did):
+                    if not self._selectable(key, rd, dev, did, s):
+                        continue
+                    if (
+                        rd.capacity is not None
+                        or dev.allow_multiple_allocations
+                        or did in self.a.shared
+                    ) and not self._capacity_fits(ci, rd, dev, did, "checking"):
                         continue
                     ok, undo = self._take(r, rd, dev, did, s, pool, must=False)
                     if not ok:
@@ -770,7 +1068,7 @@ class _Run:
         return did in self.a.allocated or bool(self.allocating.get(did))
 
     def _selectable(
-        self, key: tuple[int, int, int], rd: _Request, dev: Device, did: DeviceID
+        self, key: tuple[int, int, int], rd: _Request, dev: Device, did: DeviceID, s: Slice
     ) -> bool:
         mk = (did, key)
         hit = self.matches.get(mk)
@@ -784,8 +1082,39 @@ class _Run:
             ok = self._selectors(dev, did, sels, f"class {cname}")
         if ok:
             ok = self._selectors(dev, did, rd.selectors, f"claim {claim_key(claim)}")
+        if ok and s.per_device_node_selection:
+            ok = dev.node is not None and dev.node.matches(
+                dev.name, s.name, self.node_name, self.labels
+            )
         self.matches[mk] = ok
         return ok
+
+    def _capacity_fits(
+        self,
+        ci: int,
+        rd: _Request,
+        dev: Device,
+        did: DeviceID,
+        verb: str,
+        *,
+        static: bool = False,
+        shown: str = "",
+    ) -> bool:
+        """Whether the request fits what is left of the device's capacities (``static``:
+        of the capacities alone); an AllocationError when it cannot be represented."""
+        try:
+            caps = dev.capacities()
+            if static:
+                return capacity_fits(rd.capacity, caps, {}, {})
+            sharing = self.sharing.get(did)
+            return capacity_fits(
+                rd.capacity, caps, self.a.shared.get(did, {}), sharing[1] if sharing else {}
+            )
+        except (CapacityError, QuantityError) as exc:
+            raise AllocationError(
+                f"claim {claim_key(self.claims[ci])}, request {rd.name}: {verb} capacity "
+                f"for device {shown or did}: {exc}"
+            ) from exc
 
     def _selectors(
         self, dev: Device, did: DeviceID, selectors: list[dict[str, Any]], who: str
@@ -831,7 +1160,9 @@ class _Run:
             return False, None
         if not rd.admin_access and self._in_use(did):
             return False, None
-        counters = bool(dev.consumes_counters)
+        multi = dev.allow_multiple_allocations
+        # a shared device already in use has its counters accounted for
+        counters = bool(dev.consumes_counters) and not (multi and self._shares_in_use(did))
         if counters and not self._reserve_counters(pool, dev):
             return False, None
         if taint_prevents(dev, rd.tolerations):
@@ -854,27 +1185,80 @@ class _Run:
                     )
                 return False, None
             added.append(c)
-        if dev.allow_multiple_allocations:
-            raise Unsupported(
-                f"device {did} allows multiple allocations (consumable capacity), which "
-                "kscheduler does not support"
-            )
+        if (
+            must
+            and (rd.capacity is not None or multi or did in self.a.shared)
+            and not self._capacity_fits(ci, rd, dev, did, "rechecking")
+        ):
+            for a in reversed(added):
+                a.remove(base, sub)
+            if counters:
+                self._release_counters(pool, dev)
+            return False, None
         if dev.binding_conditions:
             raise Unsupported(
                 f"device {did} has binding conditions, which kscheduler does not support"
             )
-        self.allocating.setdefault(did, set()).add(ci)
-        self.results[ci].append(_Result(rd, did, dev, s))
+        consumed: dict[str, Quantity] | None = None
+        if multi:
+            consumed = self._share(ci, rd, dev, did)
+        else:
+            self.allocating.setdefault(did, set()).add(ci)
+        self.results[ci].append(
+            _Result(
+                rd,
+                did,
+                dev,
+                s,
+                shared=multi,
+                consumed={k: q[1] for k, q in consumed.items()} if consumed else None,
+            )
+        )
 
         def undo() -> None:
             self.results[ci].pop()
-            self.allocating[did].discard(ci)
+            if consumed is not None:
+                self._unshare(did, consumed)
+            else:
+                self.allocating[did].discard(ci)
             for a in reversed(added):
                 a.remove(base, sub)
             if counters:
                 self._release_counters(pool, dev)
 
         return True, undo
+
+    def _shares_in_use(self, did: DeviceID) -> bool:
+        return did in self.a.shared or did in self.sharing
+
+    def _share(self, ci: int, rd: _Request, dev: Device, did: DeviceID) -> dict[str, Quantity]:
+        """Record a share of the device; what it takes of each capacity."""
+        try:
+            consumed = {
+                name: cap.consumed(rd.capacity.get(name) if rd.capacity else None)
+                for name, cap in dev.capacities().items()
+            }
+        except (CapacityError, QuantityError) as exc:
+            raise AllocationError(
+                f"claim {claim_key(self.claims[ci])}, request {rd.name}: computing consumed "
+                f"capacity for device {did}: {exc}"
+            ) from exc
+        count, taken = self.sharing.get(did, (0, {}))
+        taken = dict(taken)
+        for name, q in consumed.items():
+            taken[name] = taken.get(name, Decimal(0)) + q[0]
+        self.sharing[did] = (count + 1, taken)
+        return consumed
+
+    def _unshare(self, did: DeviceID, consumed: Mapping[str, Quantity]) -> None:
+        count, taken = self.sharing[did]
+        if count <= 1:
+            del self.sharing[did]
+            return
+        taken = dict(taken)
+        for name, q in consumed.items():
+            taken[name] -= q[0]
+        self.sharing[did] = (count - 1, taken)
 
     def _available(self, pool: Pool) -> dict[str, Counters]:
         """The pool's counters less those of its allocated devices (computed once)."""
@@ -886,7 +1270,8 @@ class _Run:
             for dev in s.devices:
                 if not dev.consumes_counters:
                     continue
-                if DeviceID(s.driver, s.pool, dev.name) not in self.a.allocated:
+                did = DeviceID(s.driver, s.pool, dev.name)
+                if did not in self.a.allocated and did not in self.a.shared:
                     continue
                 for set_name, consumed in dev.consumes_counters:
                     left = have.get(set_name)
@@ -940,6 +1325,10 @@ class _Run:
                 entry["adminAccess"] = True
             if res.request.tolerations:
                 entry["tolerations"] = res.request.tolerations
+            if res.shared:
+                entry["shareID"] = str(uuid.uuid4())
+            if res.consumed:
+                entry["consumedCapacity"] = dict(res.consumed)
             results.append(entry)
         chosen: list[_Request] = []
         for ri, _req in enumerate(requests):
@@ -996,7 +1385,12 @@ class _Run:
         exprs: list[dict[str, Any]] = []
         for res in results:
             s = res.slice
-            if s.node_name:
+            node_name, selector_raw = s.node_name, s.node_selector_raw
+            if s.per_device_node_selection:
+                dn = res.device.node
+                node_name = dn.node_name if dn is not None else ""
+                selector_raw = dn.selector_raw if dn is not None else None
+            if node_name:
                 return {
                     "nodeSelectorTerms": [
                         {
@@ -1010,8 +1404,8 @@ class _Run:
                         }
                     ]
                 }
-            if s.node_selector_raw is not None:
-                terms = _l(s.node_selector_raw.get("nodeSelectorTerms"))
+            if selector_raw is not None:
+                terms = _l(selector_raw.get("nodeSelectorTerms"))
                 if len(terms) > 1:
                     raise AllocationError(
                         f"unsupported ResourceSlice.NodeSelector with {len(terms)} terms"
@@ -1038,17 +1432,42 @@ def _cfg(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def allocated_devices(claims: Iterable[Mapping[str, Any]]) -> set[DeviceID]:
-    """Devices taken by allocated claims (admin-access results take none)."""
+    """Devices taken by allocated claims (admin-access results take none; a result
+    with a ``shareID`` is a share of a device: :func:`shared_capacity`)."""
     out: set[DeviceID] = set()
     for claim in claims:
         alloc = _d(_d(claim.get("status")).get("allocation"))
         for r in _l(_d(alloc.get("devices")).get("results")):
             r = _d(r)
-            if r.get("adminAccess"):
+            if r.get("adminAccess") or r.get("shareID") is not None:
                 continue
             out.add(
                 DeviceID(str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
             )
+    return out
+
+
+def shared_capacity(claims: Iterable[Mapping[str, Any]]) -> dict[DeviceID, Counters]:
+    """Devices shared by allocated claims (results with a ``shareID``; admin-access
+    results take nothing) -> the capacity their shares take together (from each
+    result's ``consumedCapacity``; an unparsable quantity counts as nothing)."""
+    out: dict[DeviceID, Counters] = {}
+    for claim in claims:
+        alloc = _d(_d(claim.get("status")).get("allocation"))
+        for r in _l(_d(alloc.get("devices")).get("results")):
+            r = _d(r)
+            if r.get("adminAccess") or r.get("shareID") is None:
+                continue
+            did = DeviceID(
+                str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", ""))
+            )
+            taken = out.setdefault(did, {})
+            for name, value in _d(r.get("consumedCapacity")).items():
+                try:
+                    amount = parse_decimal(str(value))
+                except QuantityError:
+                    continue
+                taken[str(name)] = taken.get(str(name), Decimal(0)) + amount
     return out
 
 

@@ -72,3 +72,53 @@ def parse_quantity(value: object, *, milli: bool = False) -> int:
     if len(_cache) < 65536:
         _cache[key] = result
     return result
+
+
+#: resource.Quantity formats, as the suffix of a quantity string decides them
+BINARY_SI = "BinarySI"
+DECIMAL_SI = "DecimalSI"
+DECIMAL_EXPONENT = "DecimalExponent"
+
+_DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P"}
+_DECIMAL_SUFFIXES[18] = "E"
+_BINARY_SUFFIXES = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
+
+
+def quantity_format(text: str) -> str:
+    """The format a quantity string parses to (BinarySI, DecimalExponent, DecimalSI)."""
+    m = _RE.match(text.strip())
+    suffix = m.group(2) if m else ""
+    if suffix in _BINARY:
+        return BINARY_SI
+    if suffix and suffix[0] in "eE":
+        return DECIMAL_EXPONENT
+    return DECIMAL_SI
+
+
+def format_quantity(value: Decimal, fmt: str) -> str:
+    """``value`` as resource.Quantity.String() writes a quantity of that value and
+    format (its canonical form): BinarySI with a power-of-1024 suffix when the value is
+    a whole number outside (-1024, 1024), else a power-of-1000 suffix (or an ``e``
+    exponent for DecimalExponent) with an integer mantissa."""
+    if value == 0:
+        return "0"
+    if fmt == BINARY_SI and abs(value) >= 1024 and value == value.to_integral_value():
+        amount = int(value)
+        exp = 0
+        while amount % 1024 == 0 and exp < 6:
+            amount //= 1024
+            exp += 1
+        return f"{amount}{_BINARY_SUFFIXES[exp]}"
+    sign, digits, exponent = value.normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = int("".join(map(str, digits)))
+    shift = exponent % 3
+    mantissa *= 10**shift
+    exponent -= shift
+    text = f"{'-' if sign else ''}{mantissa}"
+    if fmt == DECIMAL_EXPONENT:
+        return text + (f"e{exponent}" if exponent else "")
+    suffix = _DECIMAL_SUFFIXES.get(exponent)
+    if suffix is None:
+        return text + f"e{exponent}"
+    return text + suffix

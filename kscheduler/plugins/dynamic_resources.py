@@ -76,6 +76,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from kscheduler.framework import (
@@ -118,6 +119,7 @@ from kscheduler.framework.dra import (
     extended_resource_requests,
     is_dra_extended_resource_name,
     result_devices,
+    shared_capacity,
 )
 from kscheduler.framework.selectors import NodeSelector, SelectorError
 from kscheduler.framework.signing import SignFragment
@@ -353,8 +355,11 @@ class DynamicResources:
         self._slices: dict[str, tuple[str, Slice]] = {}
         #: the slices grouped per node, kept while no slice changes
         self._index: SliceIndex | None = None
-        #: claim uid -> (resourceVersion, the devices its allocation takes)
-        self._claim_devices: dict[str, tuple[str, frozenset[DeviceID]]] = {}
+        #: claim uid -> (resourceVersion, the devices its allocation takes, the shared
+        #: devices with what its shares take of them)
+        self._claim_devices: dict[
+            str, tuple[str, frozenset[DeviceID], dict[DeviceID, dict[str, Decimal]]]
+        ] = {}
         #: claim uid -> (namespace/name, allocation) between Reserve and PreBind
         self._in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
         #: claim uid -> the claim as PreBind wrote it, until the informer has it
@@ -423,11 +428,13 @@ class DynamicResources:
             self._index = SliceIndex(out)
         return self._index
 
-    def _taken(self) -> set[DeviceID]:
+    def _taken(self) -> tuple[set[DeviceID], dict[DeviceID, dict[str, Decimal]]]:
         """The devices of every allocated claim (each claim version read once) and of
-        the allocations in flight."""
+        the allocations in flight, and the shared ones (consumable capacity) with the
+        capacity their shares take."""
         assert self.handle is not None
         taken: set[DeviceID] = set()
+        shares: list[dict[DeviceID, dict[str, Decimal]]] = []
         seen = set()
         memo = self._claim_devices
         for claim in self.handle.objects.list(CLAIMS):
@@ -439,15 +446,27 @@ class DynamicResources:
             rv = str(_meta(claim).get("resourceVersion", ""))
             hit = memo.get(uid)
             if hit is None or hit[0] != rv:
-                hit = memo[uid] = (rv, frozenset(allocated_devices((claim,))))
+                hit = memo[uid] = (
+                    rv,
+                    frozenset(allocated_devices((claim,))),
+                    shared_capacity((claim,)),
+                )
             taken |= hit[1]
+            if hit[2]:
+                shares.append(hit[2])
         if len(seen) != len(memo):
             for gone in set(memo) - seen:
                 del memo[gone]
-        taken |= allocated_devices(
-            {"status": {"allocation": a}} for _, a in self._in_flight.values()
-        )
-        return taken
+        in_flight = [{"status": {"allocation": a}} for _, a in self._in_flight.values()]
+        taken |= allocated_devices(in_flight)
+        shares.append(shared_capacity(in_flight))
+        shared: dict[DeviceID, dict[str, Decimal]] = {}
+        for part in shares:
+            for did, amounts in part.items():
+                have = shared.setdefault(did, {})
+                for name, amount in amounts.items():
+                    have[name] = have.get(name, Decimal(0)) + amount
+        return taken, shared
 
     # ---- PreEnqueue --------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status | None:
@@ -528,7 +547,8 @@ class DynamicResources:
                     return None, st
         if to_allocate:
             classes = {str(_meta(c).get("name", "")): c for c in self.handle.objects.list(CLASSES)}
-            s.allocator = Allocator(self._slice_index(), classes, self._taken())
+            taken, shared = self._taken()
+            s.allocator = Allocator(self._slice_index(), classes, taken, shared=shared)
         s.claims = claims
         return None, None
 

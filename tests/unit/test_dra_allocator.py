@@ -20,7 +20,6 @@ from kscheduler.framework.dra import (
     DeviceID,
     FailedOnNode,
     Slice,
-    Unsupported,
     allocated_devices,
 )
 
@@ -225,14 +224,6 @@ def test_cel_runtime_error_is_an_allocation_error() -> None:
     a = Allocator(SLICES, CLASSES, set())
     with pytest.raises(AllocationError, match="CEL runtime error"):
         a.allocate("n1", {}, [claim(exact("r", 1, 'device.attributes["x.io"].y == 1'))])
-
-
-def test_unsupported_features_are_named() -> None:
-    d = dev("a")
-    d["allowMultipleAllocations"] = True
-    a = Allocator([slice_("s", "n1", [d])], CLASSES, set())
-    with pytest.raises(Unsupported, match="consumable capacity"):
-        a.allocate("n1", {}, [claim(exact("r"))])
 
 
 def test_selector_results_are_kept_per_device_version() -> None:
