@@ -59,6 +59,8 @@ Scenario format::
       data: {volumeName: pv-a, phase: Bound}
       gpu: {devices: [gpus/node-a/gpu-0]}  # a ResourceClaim: request/pool/device, in order
                                           # (a firstAvailable request: main/sub/pool/device)
+      shared: {shares: ["memory=10Gi", ""]}  # per result: "" not shared, "shared" a
+                                          # shareID only, else its consumedCapacity
       web:gpu: {allocated: false}         # a template's claim: pod name, ":", pod claim name
       gpu-pod:extended-resources: {devices: [container-0-request-1/node-a/gpu-0]}
                                           # the claim made for a pod's extended resources
@@ -87,9 +89,10 @@ namespaces: volumeName, phase and the selected-node annotation. ResourceClaims i
 the scenario's namespaces (a claim made from a template is named after its pod and
 the pod's claim name, "pod:claim"; the claim a scheduler makes for a pod's
 extended resources backed by DRA, whose name is generated, "pod:extended-resources"):
-whether allocated, each result's request,
-driver, pool, device and adminAccess in order, the allocation's node selector and
-the pods it is reserved for.
+whether allocated, each result's request, driver, pool, device and adminAccess in
+order, whether it is a share of a device (a ``shareID`` that is a UUID; the IDs
+themselves are random, upstream's too) and its ``consumedCapacity``, the
+allocation's node selector and the pods it is reserved for.
 
 A run is settled when every pod to schedule is bound or carries
 PodScheduled=False (or was deleted), no pod is terminating, every workload has
@@ -116,6 +119,7 @@ import copy
 import json
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -218,6 +222,8 @@ class ClaimExpectation:
     phase: str | None = None
     allocated: bool | None = None
     devices: tuple[str, ...] | None = None
+    shares: tuple[str, ...] | None = None
+    """Per result, as :attr:`DeviceClaimOutcome.shares`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -784,8 +790,9 @@ def _workload_expectation(raw: Any, where: str) -> WorkloadExpectation:
 
 
 def _claim_expectation(raw: Any, where: str) -> ClaimExpectation:
-    f = _Fields(raw, where, ("volumeName", "phase", "allocated", "devices"))
+    f = _Fields(raw, where, ("volumeName", "phase", "allocated", "devices", "shares"))
     devices = _names(f, "devices")
+    shares = _names(f, "shares")
     allocated = f.get("allocated", bool)
     if devices is not None:
         if allocated is False and devices:
@@ -799,9 +806,16 @@ def _claim_expectation(raw: Any, where: str) -> ClaimExpectation:
         phase=f.string("phase"),
         allocated=allocated,
         devices=devices,
+        shares=shares,
     )
-    if exp.volume_name is None and exp.phase is None and allocated is None and devices is None:
-        raise ScenarioError(f"{where}: expected volumeName, phase, allocated or devices")
+    if (
+        exp.volume_name is None
+        and exp.phase is None
+        and allocated is None
+        and devices is None
+        and shares is None
+    ):
+        raise ScenarioError(f"{where}: expected volumeName, phase, allocated, devices or shares")
     if (exp.volume_name or exp.phase) and (allocated is not None or devices is not None):
         raise ScenarioError(f"{where}: a PersistentVolumeClaim's facts or a ResourceClaim's")
     return exp
@@ -1081,6 +1095,11 @@ class DeviceClaimOutcome:
     """The allocation's node selector as canonical JSON."""
     reserved_for: tuple[str, ...] = ()
     """The names of the pods in status.reservedFor (sorted)."""
+    shares: tuple[str, ...] = ()
+    """Per result: "" (no shareID), "shared" (a shareID, no consumedCapacity) or its
+    consumedCapacity as "name=quantity,..." (sorted by name); a shareID that is not a
+    UUID shows as "bad shareID ..." and consumedCapacity without a shareID as
+    "unshared ..."."""
 
     @property
     def device_names(self) -> tuple[str, ...]:
@@ -1090,9 +1109,10 @@ class DeviceClaimOutcome:
     def summary(self) -> str:
         if not self.allocated:
             return "not allocated"
+        shares = self.shares or ("",) * len(self.devices)
         text = ", ".join(
-            f"{r}={drv}/{p}/{d}{' (admin)' if admin else ''}"
-            for r, drv, p, d, admin in self.devices
+            f"{r}={drv}/{p}/{d}{' (admin)' if admin else ''}{f' [{sh}]' if sh else ''}"
+            for (r, drv, p, d, admin), sh in zip(self.devices, shares, strict=True)
         )
         reserved = ", ".join(self.reserved_for) or "-"
         return f"allocated {text or '(no devices)'}; reserved for {reserved}"
@@ -1304,7 +1324,7 @@ def check_expectations(scenario: Scenario, run: RunOutcome) -> list[Difference]:
             out.append(Difference(name, "nodes", list(wexp.nodes), list(wl.nodes), src))
     for key, cexp in scenario.expect_claims.items():
         full = key if "/" in key else f"default/{key}"
-        if cexp.allocated is not None or cexp.devices is not None:
+        if cexp.allocated is not None or cexp.devices is not None or cexp.shares is not None:
             dc = run.device_claims.get(full)
             if dc is None:
                 out.append(Difference(key, "resourceclaim exists", True, False, src))
@@ -1315,6 +1335,8 @@ def check_expectations(scenario: Scenario, run: RunOutcome) -> list[Difference]:
                 out.append(
                     Difference(key, "devices", list(cexp.devices), list(dc.device_names), src)
                 )
+            if cexp.shares is not None and dc.shares != cexp.shares:
+                out.append(Difference(key, "shares", list(cexp.shares), list(dc.shares), src))
             continue
         claim = run.claims.get(full)
         if claim is None:
@@ -2000,7 +2022,22 @@ def _device_claim_outcome(claim: Mapping[str, Any]) -> DeviceClaimOutcome:
         ),
         node_selector=json.dumps(selector, sort_keys=True) if selector is not None else None,
         reserved_for=reserved,
+        shares=tuple(_share(r) for r in results),
     )
+
+
+def _share(result: Mapping[str, Any]) -> str:
+    """A result's share of its device, as :attr:`DeviceClaimOutcome.shares` writes it."""
+    share_id = result.get("shareID")
+    consumed = result.get("consumedCapacity") or {}
+    text = ",".join(f"{k}={consumed[k]}" for k in sorted(consumed))
+    if share_id is None:
+        return f"unshared {text}" if text else ""
+    try:
+        uuid.UUID(str(share_id))
+    except ValueError:
+        return f"bad shareID {share_id!r} {text}".rstrip()
+    return text or "shared"
 
 
 def _workload_settled(kind: str, obj: Mapping[str, Any], pods: Sequence[PodOutcome]) -> bool:

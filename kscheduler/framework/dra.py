@@ -52,6 +52,7 @@ from kscheduler.framework.cel import (
     compile_selector,
     make_device_input,
 )
+from kscheduler.framework.features import GATES
 from kscheduler.framework.quantity import (
     QuantityError,
     format_quantity,
@@ -219,37 +220,42 @@ class Capacity:
         )
 
     # ---- upstream's consumable-capacity arithmetic ---------------------------------------
-    def consumed(self, request: Quantity | None) -> Quantity:
+    def consumed(self, request: Quantity | None, fractional: bool) -> Quantity:
         """What a request (None: the request names no amount of this capacity) takes of
         the capacity: the policy's default or the whole value when none is named;
         else the request rounded up to the policy (validRange: to min, then to the
         next step from min; validValues: to the first value not below it).
+        ``fractional`` (DRAFractionalCapacityRange): a range whose bounds are exact in
+        milli-units is stepped in milli-units; otherwise, as without the gate, in
+        whole units (each bound and the request rounded up to an integer first).
         :class:`CapacityError` when the rounding cannot be represented."""
         if request is None:
             return self.default if self.default is not None else self.value
         if not self.policy:
             return request
         if self.valid_range and self.min is not None:
-            return self._round_up_range(request, self.min)
+            return self._round_up_range(request, self.min, fractional)
         if self.valid_values is not None:
             for v in self.valid_values:
                 if request[0] <= v[0]:
                     return v
         return request
 
-    def _use_milli(self) -> bool:
+    def _use_milli(self, fractional: bool) -> bool:
+        if not fractional:
+            return False
         for q in (self.min, self.max, self.step):
             if q is not None and _milli(q[0]) is None:
                 return False
         return self.step is None or (_milli(self.step[0]) or 0) >= 1
 
-    def _round_up_range(self, request: Quantity, low: Quantity) -> Quantity:
+    def _round_up_range(self, request: Quantity, low: Quantity, fractional: bool) -> Quantity:
         if request[0] < low[0]:
             return low
         if self.step is None:
             return request
         fmt = quantity_format(self.step[1])
-        if self._use_milli():
+        if self._use_milli(fractional):
             req = _milli(request[0])
             if req is None:
                 raise CapacityError(
@@ -280,7 +286,7 @@ class Capacity:
         dec = Decimal(lo_i + step_i * n)
         return dec, format_quantity(dec, fmt)
 
-    def violates(self, amount: Decimal) -> bool:
+    def violates(self, amount: Decimal, fractional: bool) -> bool:
         """Whether an amount taken is not one the request policy allows."""
         if not self.policy:
             return False
@@ -291,7 +297,7 @@ class Capacity:
                 return True
             if self.step is not None:
                 low = self.min[0] if self.min is not None else Decimal(0)
-                if self._use_milli():
+                if self._use_milli(fractional):
                     req = _milli(amount)
                     if req is None:
                         return True
@@ -328,6 +334,7 @@ def capacity_fits(
     capacities: Mapping[str, Capacity],
     allocated: Mapping[str, Decimal],
     allocating: Mapping[str, Decimal],
+    fractional: bool,
 ) -> bool:
     """Whether a request fits the device's capacities (upstream's CmpRequestOverCapacity).
 
@@ -344,7 +351,7 @@ def capacity_fits(
     taken: dict[str, Decimal] = {}
     for name, cap in capacities.items():
         try:
-            amount = cap.consumed(requests.get(name) if requests else None)[0]
+            amount = cap.consumed(requests.get(name) if requests else None, fractional)[0]
         except CapacityError as exc:
             raise CapacityError(f'capacity "{name}": {exc}') from exc
         if amount < 0:
@@ -352,7 +359,7 @@ def capacity_fits(
         taken[name] = amount
     for name, cap in capacities.items():
         amount = taken[name]
-        if cap.violates(amount):
+        if cap.violates(amount, fractional):
             return False
         total = amount + allocated.get(name, 0) + allocating.get(name, 0)
         if total > cap.value[0]:
@@ -807,6 +814,7 @@ class Allocator:
         allocated: set[DeviceID],
         *,
         shared: Mapping[DeviceID, Counters] | None = None,
+        fractional_capacity: bool | None = None,
     ) -> None:
         self.index = slices if isinstance(slices, SliceIndex) else SliceIndex(slices)
         self.classes = classes
@@ -814,6 +822,12 @@ class Allocator:
         #: allowMultipleAllocations devices with allocated shares -> the capacity the
         #: shares take together (:func:`shared_capacity`)
         self.shared: Mapping[DeviceID, Counters] = shared or {}
+        #: DRAFractionalCapacityRange (default: the gate in force)
+        self.fractional = (
+            GATES.dra_fractional_capacity_range
+            if fractional_capacity is None
+            else fractional_capacity
+        )
 
     def allocate(
         self,
@@ -1105,10 +1119,14 @@ class _Run:
         try:
             caps = dev.capacities()
             if static:
-                return capacity_fits(rd.capacity, caps, {}, {})
+                return capacity_fits(rd.capacity, caps, {}, {}, self.a.fractional)
             sharing = self.sharing.get(did)
             return capacity_fits(
-                rd.capacity, caps, self.a.shared.get(did, {}), sharing[1] if sharing else {}
+                rd.capacity,
+                caps,
+                self.a.shared.get(did, {}),
+                sharing[1] if sharing else {},
+                self.a.fractional,
             )
         except (CapacityError, QuantityError) as exc:
             raise AllocationError(
@@ -1235,7 +1253,9 @@ class _Run:
         """Record a share of the device; what it takes of each capacity."""
         try:
             consumed = {
-                name: cap.consumed(rd.capacity.get(name) if rd.capacity else None)
+                name: cap.consumed(
+                    rd.capacity.get(name) if rd.capacity else None, self.a.fractional
+                )
                 for name, cap in dev.capacities().items()
             }
         except (CapacityError, QuantityError) as exc:

@@ -23,6 +23,9 @@ OPPORTUNISTIC_BATCHING = "OpportunisticBatching"
 STORAGE_CAPACITY_SCORING = "StorageCapacityScoring"
 IN_PLACE_POD_VERTICAL_SCALING = "InPlacePodVerticalScaling"
 IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING = "InPlacePodLevelResourcesVerticalScaling"
+#: Beta in 1.37 and on only with --min-compatibility-version >= 1.37, so off by
+#: default in a v1.37 kube-scheduler (whose minimum compatibility version is 1.36).
+DRA_FRACTIONAL_CAPACITY_RANGE = "DRAFractionalCapacityRange"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ KNOWN: Mapping[str, GateSpec] = {
     STORAGE_CAPACITY_SCORING: GateSpec(True, "BETA"),
     IN_PLACE_POD_VERTICAL_SCALING: GateSpec(True, "GA", locked=True, upstream_locked=True),
     IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING: GateSpec(True, "BETA"),
+    DRA_FRACTIONAL_CAPACITY_RANGE: GateSpec(False, "BETA"),
 }
 
 #: Gates that upstream refuses to enable while one they depend on is disabled
@@ -87,7 +91,6 @@ NOT_IMPLEMENTED = frozenset(
         "DRAConsumableCapacity",
         "DRADeviceBindingConditions",
         "DRASchedulerFilterTimeout",
-        "DRAFractionalCapacityRange",
         "DRAWorkloadResourceClaims",
     }
 )
@@ -108,6 +111,7 @@ class FeatureGates:
     storage_capacity_scoring: bool = True
     in_place_pod_vertical_scaling: bool = True
     in_place_pod_level_resources_vertical_scaling: bool = True
+    dra_fractional_capacity_range: bool = False
 
     def enabled(self, name: str) -> bool:
         return {
@@ -122,6 +126,7 @@ class FeatureGates:
             IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING: (
                 self.in_place_pod_level_resources_vertical_scaling
             ),
+            DRA_FRACTIONAL_CAPACITY_RANGE: self.dra_fractional_capacity_range,
         }.get(name, KNOWN[name].default if name in KNOWN else False)
 
 
@@ -204,6 +209,7 @@ def gates_from(settings: Mapping[str, bool]) -> FeatureGates:
         in_place_pod_level_resources_vertical_scaling=get(
             IN_PLACE_POD_LEVEL_RESOURCES_VERTICAL_SCALING
         ),
+        dra_fractional_capacity_range=get(DRA_FRACTIONAL_CAPACITY_RANGE),
     )
 
 

@@ -130,23 +130,39 @@ def test_a_shared_device_without_capacity_gets_a_share_id_only() -> None:
     assert got is not None and "consumedCapacity" not in got[0] and "shareID" in got[0]
 
 
+FRACTIONAL = {"default": "1", "validRange": {"min": "500m", "step": "250m"}}
+
+
 @pytest.mark.parametrize(
-    ("policy", "asked", "want"),
+    ("policy", "asked", "fractional", "want"),
     [
-        ({"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}, "1.5Gi", "2Gi"),
-        ({"default": "1Gi", "validRange": {"min": "1Gi", "step": "512Mi"}}, "1100Mi", "1536Mi"),
-        ({"default": "4Gi", "validRange": {"min": "4Gi"}}, "1Gi", "4Gi"),
-        ({"default": "1Gi", "validRange": {"min": "1Gi"}}, "3Gi", "3Gi"),
-        ({"default": "1Gi", "validValues": ["1Gi", "4Gi", "8Gi"]}, "3Gi", "4Gi"),
-        ({"default": "1", "validRange": {"min": "500m", "step": "250m"}}, "600m", "750m"),
-        ({"default": "1", "validRange": {"min": "500m", "step": "250m"}}, "1100m", "1250m"),
-        ({"default": "1", "validRange": {"min": "1", "step": "2"}}, "3500m", "5"),
+        ({"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}, "1.5Gi", True, "2Gi"),
+        ({"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}, "1.5Gi", False, "2Gi"),
+        (
+            {"default": "1Gi", "validRange": {"min": "1Gi", "step": "512Mi"}},
+            "1100Mi",
+            True,
+            "1536Mi",
+        ),
+        ({"default": "4Gi", "validRange": {"min": "4Gi"}}, "1Gi", False, "4Gi"),
+        ({"default": "1Gi", "validRange": {"min": "1Gi"}}, "3Gi", False, "3Gi"),
+        ({"default": "1Gi", "validValues": ["1Gi", "4Gi", "8Gi"]}, "3Gi", False, "4Gi"),
+        (FRACTIONAL, "600m", True, "750m"),
+        (FRACTIONAL, "1100m", True, "1250m"),
+        # without DRAFractionalCapacityRange (the default): whole units, each rounded up
+        (FRACTIONAL, "600m", False, "1"),
+        (FRACTIONAL, "1100m", False, "2"),
+        ({"default": "1", "validRange": {"min": "1", "step": "2"}}, "3500m", True, "5"),
     ],
 )
 def test_requests_are_rounded_up_to_the_policy(
-    policy: dict[str, Any], asked: str, want: str
+    policy: dict[str, Any], asked: str, fractional: bool, want: str
 ) -> None:
-    got = one([slice_("s", [shared_dev("a", policy=policy)])], claim(req(memory=asked)))
+    got = one(
+        [slice_("s", [shared_dev("a", policy=policy)])],
+        claim(req(memory=asked)),
+        fractional_capacity=fractional,
+    )
     assert got is not None
     assert got[0]["consumedCapacity"] == {"memory": want}
 
@@ -183,7 +199,11 @@ def test_a_capacity_request_on_a_dedicated_device() -> None:
 def test_an_unrepresentable_request_is_an_error() -> None:
     policy = {"default": "1", "validRange": {"min": "1", "step": "1"}}
     with pytest.raises(AllocationError, match="not a representable milli value"):
-        one([slice_("s", [shared_dev("a", policy=policy)])], claim(req(memory="1.0001")))
+        one(
+            [slice_("s", [shared_dev("a", policy=policy)])],
+            claim(req(memory="1.0001")),
+            fractional_capacity=True,
+        )
 
 
 def test_all_mode_leaves_out_devices_too_small() -> None:
