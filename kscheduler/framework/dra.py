@@ -29,10 +29,20 @@ allocated (in the cluster and in flight) and of those picked so far in this
 search are subtracted. When the node sees only part of a pool, the slices of the
 pool it does not see count too (their allocated devices consume counters).
 
+Per-device node selection: a slice with ``perDeviceNodeSelection`` reaches the
+node when one of its devices does (:class:`DeviceNode`); the others are passed
+over after the selectors, and the allocation's node selector comes from the
+chosen devices' own fields.
+
+Consumable capacity: an ``allowMultipleAllocations`` device is shared; each result
+on it is a share with a random ``shareID`` and what it takes of every capacity
+(:class:`Capacity`: the request rounded up to the capacity's request policy),
+checked against what allocated shares (``shared``), and shares picked earlier in
+the search, already take (:func:`capacity_fits`). A shared device consumes its
+counters once. Devices and requests that use none of this skip the checks.
+
 Not implemented (a claim or node that needs them is rejected with
-:class:`Unsupported`): consumable capacity (``allowMultipleAllocations`` devices,
-request ``capacity``), binding conditions, per-device node selection,
-DeviceTaintRules.
+:class:`Unsupported`): binding conditions, DeviceTaintRules.
 """
 
 from __future__ import annotations

@@ -61,8 +61,7 @@ Extended resources backed by DRA (DRAExtendedResource)
     pod's ``status.extendedResourceClaimStatus``. Unreserve deletes a claim it
     created (finalizer removed first).
 
-Not implemented, rejected with a message saying so: partitionable devices,
-consumable capacity, binding conditions, per-device node selection (see
+Not implemented, rejected with a message saying so: binding conditions (see
 :mod:`kscheduler.framework.dra`); DeviceTaintRules are not applied; the
 filterTimeout argument is not enforced.
 """
