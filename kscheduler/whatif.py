@@ -54,6 +54,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import heapq
+import itertools
 import random
 import sys
 import time
@@ -171,6 +172,9 @@ class MaxResult:
     next: Placement | None = None
     #: per-domain: the rule counted by
     basis: str = ""
+    #: required affinity to itself, no pod selected yet: the fewest and the most
+    #: copies that fit, as the domain the first copy lands in decides
+    span: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -527,12 +531,14 @@ class _Plan:
     method: str
     #: cycle-by-cycle: why the copies cannot be counted
     why: str = ""
-    #: per-domain: the topology key whose domains are counted, and the rule
-    key: str = ""
-    basis: str = ""
-    #: per-domain: the index of the spread constraint in PodTopologySpread's state,
-    #: or -1 for required anti-affinity to the pod's own copies
+    #: per-domain: the index in PodTopologySpread's state of the DoNotSchedule
+    #: constraint that selects the copies (-1: none) and its topology key
     spread: int = -1
+    spread_key: str = ""
+    #: per-domain: the topology key of the required anti-affinity terms that
+    #: select the copies ("": none)
+    anti_key: str = ""
+    basis: str = ""
 
 
 def _cycles(why: str) -> _Plan:
@@ -599,11 +605,6 @@ def _plan(fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str]) ->
             f"the copies differ in label(s) {', '.join(sorted(varying))}, which a "
             "constraint of the pod selects on"
         )
-    if dynamic and anti_keys:
-        return _cycles(
-            "the pod has DoNotSchedule topology spread and required anti-affinity "
-            "that select its own copies"
-        )
     if len(dynamic) > 1:
         return _cycles("the pod has several DoNotSchedule topology spread constraints")
     if len(anti_keys) > 1:
@@ -611,24 +612,23 @@ def _plan(fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str]) ->
             "the pod's required anti-affinity to its own copies has several topology keys"
         )
     if first:
-        return _Plan("first-copy")
+        return _Plan(
+            "first-copy", spread=dynamic[0] if dynamic else -1, anti_key=",".join(anti_keys)
+        )
+    if not dynamic and not anti_keys:
+        return _Plan("per-node")
+    plan = _Plan("per-domain")
+    rules = []
     if dynamic:
         assert spread is not None
         c = spread.constraints[dynamic[0]]
-        return _Plan(
-            "per-domain",
-            key=c.topology_key,
-            basis=f"DoNotSchedule topology spread over {c.topology_key}, maxSkew {c.max_skew}",
-            spread=dynamic[0],
-        )
+        plan.spread, plan.spread_key = dynamic[0], c.topology_key
+        rules.append(f"DoNotSchedule topology spread over {c.topology_key}, maxSkew {c.max_skew}")
     if anti_keys:
-        (key,) = anti_keys
-        return _Plan(
-            "per-domain",
-            key=key,
-            basis=f"required anti-affinity to its own copies over {key}: one per domain",
-        )
-    return _Plan("per-node")
+        (plan.anti_key,) = anti_keys
+        rules.append(f"required anti-affinity to its own copies over {plan.anti_key}")
+    plan.basis = " and ".join(rules)
+    return plan
 
 
 def _fill(
@@ -698,17 +698,17 @@ def spread_quotas(
     return quota
 
 
-def _spread_out(quota: int, nodes: Sequence[tuple[str, int]]) -> dict[str, int]:
-    """``quota`` copies over (node, room) in a domain: each to the node with the most
-    room left (as the resource scores favour the emptier node), ties in node order."""
-    heap = [(-room, i, name) for i, (name, room) in enumerate(nodes) if room > 0]
+def _spread_out(quota: int, rooms: Sequence[int]) -> list[int]:
+    """``quota`` copies over places with these rooms: each to the place with the most
+    room left (as the resource scores favour the emptier node), ties in order."""
+    heap = [(-room, i) for i, room in enumerate(rooms) if room > 0]
     heapq.heapify(heap)
-    out: dict[str, int] = {}
+    out = [0] * len(rooms)
     for _ in range(quota):
-        room, i, name = heapq.heappop(heap)
-        out[name] = out.get(name, 0) + 1
+        room, i = heapq.heappop(heap)
+        out[i] += 1
         if room + 1 < 0:
-            heapq.heappush(heap, (room + 1, i, name))
+            heapq.heappush(heap, (room + 1, i))
     return out
 
 
@@ -720,10 +720,16 @@ def _per_domain(
     nodes: Sequence[NodeInfo],
     plan: _Plan,
     names: Callable[[], Iterator[str]],
-) -> dict[str, int] | None:
-    """Copies per node under ``plan`` (assumed in the cache), or None when a node
-    with room lies outside the domains the constraint counts."""
-    key = plan.key
+) -> dict[str, int] | str:
+    """Copies per node under ``plan`` (assumed in the cache), or why they cannot be
+    counted per domain.
+
+    The room of each node is counted with the other filters; a required
+    anti-affinity domain (the nodes sharing a value of ``plan.anti_key``) then takes
+    one copy between its nodes, a node without that key all it has room for. With
+    a spread constraint these places are grouped by its domains (an anti-affinity
+    domain must lie in one), which :func:`spread_quotas` fills.
+    """
     fill_state = state
     spread: pts.FilterState | None = None
     if plan.spread >= 0:
@@ -742,42 +748,69 @@ def _per_domain(
             ),
         )
         # this constraint's own filter: the node must carry its key
-        nodes = [ni for ni in nodes if key in ni.labels]
-        filled = _fill(s, fwk, fill_state, probe, nodes, names(), lambda ni: None)
-    else:
-        # one copy per domain: a node in a domain needs room for one; a node
-        # without the key is not limited by the term
-        filled = _fill(
-            s, fwk, fill_state, probe, nodes, names(), lambda ni: 1 if key in ni.labels else None
-        )
-    room: dict[str, int] = {}
-    members: dict[str, list[tuple[str, int]]] = {}
-    free: dict[str, int] = {}
+        nodes = [ni for ni in nodes if plan.spread_key in ni.labels]
+    anti = plan.anti_key
+    filled = _fill(
+        s,
+        fwk,
+        fill_state,
+        probe,
+        nodes,
+        names(),
+        lambda ni: 1 if anti and anti in ni.labels else None,
+    )
+    # places: a node without the anti-affinity key, or one anti-affinity domain
+    members: list[list[str]] = []
+    rooms: list[int] = []
+    where: dict[str, int] = {}
+    labels: dict[str, Mapping[str, str]] = {}
     for name, copies in filled.items():
-        ni = s.app.snapshot.get(name)
-        assert ni is not None
         for placed in copies:
             s.app.cache.forget(placed.uid)
-        value = ni.labels.get(key)
-        if value is None:
-            free[name] = len(copies)
-            continue
-        room[value] = room.get(value, 0) + len(copies)
-        members.setdefault(value, []).append((name, len(copies)))
-    if spread is not None:
+        ni = s.app.snapshot.get(name)
+        assert ni is not None
+        labels[name] = ni.labels
+        if anti and anti in ni.labels:
+            place = where.setdefault("=" + ni.labels[anti], len(members))
+            if place == len(members):
+                members.append([])
+                rooms.append(1)
+        else:
+            place = len(members)
+            members.append([])
+            rooms.append(len(copies))
+        members[place].append(name)
+    if spread is None:
+        quotas = rooms
+    else:
         c = spread.constraints[plan.spread]
         counts = spread.counts[plan.spread]
-        if any(z not in counts for z in room):
-            return None
-        quotas = spread_quotas(counts, room, c.max_skew, c.min_domains)
-    else:
-        quotas = dict.fromkeys(room, 1)
-    per_node: dict[str, int] = dict(free)
-    for value, q in quotas.items():
-        per_node.update(_spread_out(q, members[value]))
+        in_domain: dict[str, list[int]] = {}
+        for place, names_ in enumerate(members):
+            values = {labels[n][plan.spread_key] for n in names_}
+            if len(values) > 1:
+                return (
+                    f"an anti-affinity domain over {anti} spans several {plan.spread_key} domains"
+                )
+            (value,) = values
+            if value not in counts:
+                return "a node with room lies outside the spread constraint's domains"
+            in_domain.setdefault(value, []).append(place)
+        room = {value: sum(rooms[p] for p in places) for value, places in in_domain.items()}
+        by_domain = spread_quotas(counts, room, c.max_skew, c.min_domains)
+        quotas = [0] * len(members)
+        for value, q in by_domain.items():
+            places = in_domain[value]
+            for p, n in zip(places, _spread_out(q, [rooms[p] for p in places]), strict=True):
+                quotas[p] = n
+    per_node: dict[str, int] = {}
     gen = names()
-    for name, n in per_node.items():
-        for _ in range(n):
+    for place, q in enumerate(quotas):
+        if not q:
+            continue
+        name = members[place][0]
+        per_node[name] = q
+        for _ in range(q):
             copy_name = next(gen)
             s.app.cache.assume(
                 dataclasses.replace(
@@ -789,6 +822,47 @@ def _per_domain(
                 )
             )
     return per_node
+
+
+def _first_copy_span(
+    s: _Session,
+    fwk: Framework,
+    state: CycleState,
+    probe: PodInfo,
+    nodes: Sequence[NodeInfo],
+    plan: _Plan,
+    first: int,
+    w: Workload,
+) -> tuple[int, int] | None:
+    """The fewest and most copies that fit when a pod's required affinity selects
+    it and nothing else yet: the first copy's node decides, since after it only
+    the nodes sharing its value of every term's key fit, each with the room the
+    other (node-local) filters give it, one copy per domain of ``plan.anti_key``
+    among them. None when no node has room."""
+    affinity = state.read(ipa.PRE_FILTER_KEY)
+    assert isinstance(affinity, ipa.FilterState)
+    keys = [t.topology_key for t in affinity.affinity]
+    anti = plan.anti_key
+    names = (w.pod_name(i) for i in itertools.count(first))
+    filled = _fill(
+        s, fwk, state, probe, nodes, names, lambda ni: 1 if anti and anti in ni.labels else None
+    )
+    by_domain: Counter[tuple[str, ...]] = Counter()
+    closed: set[tuple[tuple[str, ...], str]] = set()
+    for name, copies in filled.items():
+        for placed in copies:
+            s.app.cache.forget(placed.uid)
+        ni = s.app.snapshot.get(name)
+        assert ni is not None
+        domain = tuple(ni.labels[k] for k in keys)
+        if anti and anti in ni.labels:
+            if (domain, ni.labels[anti]) in closed:
+                continue
+            closed.add((domain, ni.labels[anti]))
+        by_domain[domain] += len(copies)
+    if not by_domain:
+        return None
+    return min(by_domain.values()), max(by_domain.values())
 
 
 def _cycle(s: _Session, doc: Document, w: Workload, fwk: Framework, i: int) -> str:
@@ -817,6 +891,7 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
     per_node: Counter[str] = Counter()
     count = 0
     basis: list[str] = []
+    span: tuple[int, int] | None = None
     while True:
         probe = s.admit(doc, w.pod(count))
         fwk = s.framework(probe)
@@ -832,6 +907,11 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
             plan = _plan(fwk, state, probe, varying)
         if plan.method != "first-copy":
             break
+        if plan.spread < 0:
+            candidates = nodes
+            if pre is not None and pre.node_names is not None:
+                candidates = [ni for ni in nodes if ni.name in pre.node_names]
+            span = _first_copy_span(s, fwk, state, probe, candidates, plan, count, w)
         node = _cycle(s, doc, w, fwk, count)
         if not node:
             plan = _cycles("")
@@ -860,8 +940,8 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
         done = True
     elif plan.method == "per-domain":
         got = _per_domain(s, fwk, state, probe, nodes, plan, names)
-        if got is None:
-            plan = _cycles("a node with room lies outside the constraint's domains")
+        if isinstance(got, str):
+            plan = _cycles(got)
         else:
             basis.append(plan.basis)
             for name, n in got.items():
@@ -885,6 +965,7 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
         seconds=time.perf_counter() - started,
         next=nxt,
         basis="; ".join(basis),
+        span=span,
     )
 
 
@@ -907,6 +988,7 @@ def to_dict(r: WhatIf) -> JSON:
             "perNode": dict(sorted(m.per_node.items())),
             "method": m.method,
             "basis": m.basis or None,
+            "span": None if m.span is None else {"fewest": m.span[0], "most": m.span[1]},
             "whyCycleByCycle": m.why_cycles or None,
             "seconds": round(m.seconds, 3),
             "next": _placement_dict(m.next) if m.next is not None else None,
@@ -996,6 +1078,11 @@ def render_table(r: WhatIf) -> str:
             f"--max: {m.count} cop{'y' if m.count == 1 else 'ies'} of {m.workload}'s pod fit "
             f"({m.method}, {m.seconds:.2f}s)"
             + (f"; counted by {m.basis}" if m.basis else "")
+            + (
+                f"; from {m.span[0]} to {m.span[1]} depending on the domain the first copy lands in"
+                if m.span is not None and m.span[0] != m.span[1]
+                else ""
+            )
             + (f"; counted cycle by cycle because {m.why_cycles}" if m.why_cycles else "")
             + "."
         )
