@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -25,7 +26,7 @@ from kscheduler.framework.cycle_state import PODS_TO_ACTIVATE_KEY, CycleState
 from kscheduler.framework.features import GATES
 from kscheduler.framework.runtime import Framework
 from kscheduler.framework.status import Code, Status
-from kscheduler.framework.types import PodInfo, QueuedPodInfo
+from kscheduler.framework.types import PodInfo, QueuedPodInfo, StatusWrite
 from kscheduler.queue import EVENT_ASSIGNED_POD_DELETE, PARSE_ERROR_PLUGIN, SchedulingQueue
 
 log = structlog.get_logger("kscheduler.scheduler")
@@ -503,6 +504,9 @@ class Scheduler:
             return None
         # what the server now holds: a failure later clears it (see _binding_cycle)
         qp.pod.nominated_node_name = node
+        written = qp.status_written
+        if written is not None:
+            qp.status_written = dataclasses.replace(written, nominated_node_name=node)
         return None
 
     async def _bind(
@@ -555,36 +559,63 @@ class Scheduler:
             self.queue.nominate(pod, nominated)
         self.queue.add_unschedulable_if_not_present(qp, error=(result == ERROR and requeue_error))
         fwk.recorder.event(pod.raw, "Warning", "FailedScheduling", "Scheduling", message)
-        self._patch_condition(pod, reason, message, nominated)
+        self._patch_condition(qp, reason, message, nominated)
 
     def _patch_condition(
-        self, pod: PodInfo, reason: str, message: str, nominated: str | None
+        self, qp: QueuedPodInfo, reason: str, message: str, nominated: str | None
     ) -> None:
+        """Write PodScheduled=False (and the nomination) unless the pod holds them already,
+        as kube-scheduler does: a retry that fails for the same reason writes nothing."""
+        pod = qp.pod
         current = _pod_scheduled_condition(pod.raw)
+        holds_nominated = pod.nominated_node_name
+        written = qp.status_written
+        if written is not None and written.resource_version == pod.resource_version:
+            # our last write has not come back through the informer yet
+            current, holds_nominated = written.condition, written.nominated_node_name
         status_patch: dict[str, Any] = {}
+        condition = current
         if (
             current is None
             or current.get("status") != "False"
             or current.get("reason") != reason
             or current.get("message") != message
         ):
-            status_patch["conditions"] = [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": reason,
-                    "message": message,
-                    "lastProbeTime": None,
-                    "lastTransitionTime": micro_time()[:19] + "Z",
-                }
-            ]
-        if nominated is not None and nominated != pod.nominated_node_name:
+            transition = (
+                current.get("lastTransitionTime")
+                if current is not None and current.get("status") == "False"
+                else None
+            )
+            condition = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": reason,
+                "message": message,
+                "lastProbeTime": None,
+                "lastTransitionTime": transition or micro_time()[:19] + "Z",
+            }
+            status_patch["conditions"] = [condition]
+        if nominated is not None and nominated != holds_nominated:
             status_patch["nominatedNodeName"] = nominated or None
+            holds_nominated = nominated
         if not status_patch:
             return
+        write = StatusWrite(pod.resource_version, condition, holds_nominated)
+        qp.status_written = write
         self.writes.spawn(
-            self._write_status(pod, {"status": status_patch}), name=f"status {pod.key}"
+            self._write_condition(qp, write, {"status": status_patch}), name=f"status {pod.key}"
         )
+
+    async def _write_condition(
+        self, qp: QueuedPodInfo, write: StatusWrite, patch: dict[str, Any]
+    ) -> None:
+        pod = qp.pod
+        try:
+            await self._writer.patch_pod_status(pod.namespace, pod.name, patch)
+        except Exception as exc:
+            if qp.status_written is write:
+                qp.status_written = None  # the server holds what the informer says
+            log.warning("pod status update failed", pod=pod.key, error=str(exc))
 
     async def _write_status(self, pod: PodInfo, patch: dict[str, Any]) -> None:
         try:

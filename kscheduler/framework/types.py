@@ -449,6 +449,16 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class StatusWrite:
+    """A pods/status write of the scheduler: the pod's resourceVersion before it, the
+    PodScheduled condition and the nominatedNodeName the pod has after it."""
+
+    resource_version: str
+    condition: Mapping[str, Any] | None
+    nominated_node_name: str
+
+
 class QueuedPodInfo:
     """A pod in the scheduling queue with its attempt history."""
 
@@ -459,6 +469,7 @@ class QueuedPodInfo:
         "initial_attempt_timestamp",
         "pending_plugins",
         "pod",
+        "status_written",
         "timestamp",
         "unschedulable_plugins",
     )
@@ -475,6 +486,10 @@ class QueuedPodInfo:
         #: Name of the PreEnqueue plugin holding the pod back, or "".
         self.gated: str = ""
         self.backoff_expiry: float = 0.0
+        #: The last PodScheduled condition and nominatedNodeName the scheduler wrote
+        #: for the pod, with the resourceVersion the pod had then: until the informer
+        #: brings a newer version, that write is what the server holds.
+        self.status_written: StatusWrite | None = None
 
     def __repr__(self) -> str:
         return f"QueuedPodInfo({self.pod.key}, attempts={self.attempts})"

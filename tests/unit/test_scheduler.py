@@ -124,6 +124,37 @@ async def test_unschedulable_gets_condition_event_and_parks() -> None:
     assert q.counts()["unschedulable"] == 1
 
 
+async def test_retry_for_the_same_reason_writes_no_status() -> None:
+    """kube-scheduler writes PodScheduled only when it changes; the pod the scheduler
+    holds may not carry its own last write yet, which must count as written."""
+    from kscheduler.framework.parse import parse_pod
+
+    cache = Cache()
+    cache.add_node(node("n1").alloc(cpu="1").record())
+    client = FakeClient()
+    s, q, _ = build(cache, client)
+    big = ours("big", "4")
+    q.add(big)
+    await run_one(s, q)
+    q.activate([big.uid])  # a retry before the informer brings the written condition
+    await run_one(s, q)
+    assert len(client.status_patches) == 1
+    cache.add_node(node("n2").alloc(cpu="1").record())
+    q.activate([big.uid])
+    await run_one(s, q)  # the message now counts two nodes: written
+    assert len(client.status_patches) == 2
+    first, second = (p["status"]["conditions"][0] for _, p in client.status_patches)
+    assert second["message"] == "0/2 nodes are available: 2 Insufficient cpu."
+    assert second["lastTransitionTime"] == first["lastTransitionTime"]  # still False
+    # the informer brings the pod as the server holds it now
+    raw = dict(big.raw, metadata={**big.raw["metadata"], "resourceVersion": "7"})
+    raw["status"] = {**(raw.get("status") or {}), "conditions": [second]}
+    q.update(parse_pod(raw))
+    q.activate([big.uid])
+    await run_one(s, q)
+    assert len(client.status_patches) == 2
+
+
 async def test_bind_failure_forgets_and_requeues() -> None:
     cache = Cache()
     cache.add_node(node("n1").alloc(cpu="2").record())
