@@ -275,9 +275,25 @@ def _error_text(value: Any) -> str:
     return text.strip()
 
 
+#: resourceapi.CELSelectorExpressionMaxLength (bytes)
+SELECTOR_MAX_LENGTH = 10 * 1024
+#: resourceapi.CELSelectorExpressionMaxCost: upstream's runtime cost limit per
+#: evaluation, in CEL cost units. cel-expr-python does not count cost, so it is not
+#: enforced here: the API server refuses a selector whose estimated worst-case cost
+#: (over the API's size limits for a device) exceeds it, so a selector it admitted
+#: cannot reach it at run time; only the length limit is checked again here.
+SELECTOR_MAX_COST = 1_000_000
+
+
 @functools.lru_cache(maxsize=4096)
 def compile_selector(expression: str) -> Selector:
-    """The compiled expression, compiled once per text (raises CelCompileError)."""
+    """The compiled expression, compiled once per text (raises CelCompileError, also
+    for an expression longer than the API allows, :data:`SELECTOR_MAX_LENGTH`)."""
+    size = len(expression.encode())
+    if size > SELECTOR_MAX_LENGTH:
+        raise CelCompileError(
+            f"expression too long: {size} bytes, may not be more than {SELECTOR_MAX_LENGTH}"
+        )
     return Selector(expression)
 
 

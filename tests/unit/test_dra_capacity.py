@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kscheduler.framework.cel import SELECTOR_MAX_LENGTH
 from kscheduler.framework.dra import (
     AllocationError,
     Allocator,
@@ -323,3 +324,15 @@ def test_a_per_device_slice_with_no_device_for_the_node_is_not_seen() -> None:
     assert Allocator([s], CLASSES, set()).allocate("n2", {}, [claim(req())]) is None
     got = Allocator([s], CLASSES, set()).allocate("n1", {}, [claim(req())])
     assert got is not None and results(got[0])[0]["device"] == "d"
+
+
+# ---- CEL limits ----------------------------------------------------------------------------
+def test_a_selector_longer_than_the_api_allows_is_a_compile_error() -> None:
+    pad = " " * (SELECTOR_MAX_LENGTH - len("true"))
+    fits = req()
+    fits["exactly"]["selectors"] = [{"cel": {"expression": pad + "true"}}]
+    assert one([slice_("s", [{"name": "a"}])], claim(fits)) is not None
+    too_long = req()
+    too_long["exactly"]["selectors"] = [{"cel": {"expression": pad + " true"}}]
+    with pytest.raises(AllocationError, match="CEL compile error: expression too long"):
+        one([slice_("s", [{"name": "a"}])], claim(too_long))
