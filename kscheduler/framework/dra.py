@@ -1077,7 +1077,7 @@ class _Run:
                     if (
                         rd.capacity is not None
                         or dev.allow_multiple_allocations
-                        or did in self.a.shared
+                        or (bool(self.a.shared) and did in self.a.shared)
                     ) and not self._capacity_fits(ci, rd, dev, did, "checking"):
                         continue
                     ok, undo = self._take(r, rd, dev, did, s, pool, must=False)
@@ -1529,7 +1529,8 @@ DeviceReport = dict[str, list[ClaimDevices]]
 
 
 def result_devices(allocation: Mapping[str, Any]) -> list[str]:
-    """An AllocationResult's devices as "request: driver/pool/device"."""
+    """An AllocationResult's devices as "request: driver/pool/device" (a share of a
+    device adds " (shared: name=quantity, ...)")."""
     out = []
     for r in _l(_d(allocation.get("devices")).get("results")):
         r = _d(r)
@@ -1537,6 +1538,10 @@ def result_devices(allocation: Mapping[str, Any]) -> list[str]:
         text += str(r.get("device", ""))
         if r.get("adminAccess"):
             text += " (admin access)"
+        if r.get("shareID") is not None:
+            consumed = _d(r.get("consumedCapacity"))
+            amounts = ", ".join(f"{k}={consumed[k]}" for k in sorted(consumed))
+            text += f" (shared: {amounts})" if amounts else " (shared)"
         out.append(text)
     return out
 

@@ -16,6 +16,7 @@ from kscheduler.framework.dra import (
     DeviceID,
     Slice,
     allocated_devices,
+    result_devices,
     shared_capacity,
 )
 from kscheduler.framework.quantity import format_quantity
@@ -86,6 +87,14 @@ def test_a_share_gets_a_share_id_and_its_consumed_capacity() -> None:
     assert got[0]["device"] == "a"
     assert got[0]["consumedCapacity"] == {"memory": "10Gi"}
     assert uuid.UUID(got[0]["shareID"]).version == 4
+
+
+def test_explain_shows_a_share() -> None:
+    got = Allocator([slice_("s", [shared_dev("a")])], CLASSES, set()).allocate(
+        "n1", {}, [claim(req(memory="10Gi"))]
+    )
+    assert got is not None
+    assert result_devices(got[0]) == [f"r: {DRIVER}/p/a (shared: memory=10Gi)"]
 
 
 def test_allocated_shares_leave_the_rest_of_the_capacity() -> None:
