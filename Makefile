@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # the out-of-tree plugin example: installed into the venv, its tests run by `make test`
 EXAMPLE := examples/kscheduler-plugin-example
 
-.PHONY: help venv control-plane lint fmt typecheck unit integration test demo dev-cluster bench bench-5000 soak random-diff clean
+.PHONY: help venv control-plane lint fmt typecheck unit integration test demo dev-cluster bench bench-5000 bench-scale soak random-diff clean
 
 help:
 	@echo "make demo          local demo: embedded control plane + kscheduler, then a placement table"
@@ -15,7 +15,7 @@ help:
 	@echo "make test          lint + unit + integration tests against a real kube-apiserver"
 	@echo "make control-plane build the pinned kube-apiserver/kube-scheduler/etcd (cached)"
 	@echo "make dev-cluster   start a control plane for kubectl and print how to use it"
-	@echo "make unit | integration | lint | bench | bench-5000 | bench-scaling | scheduler-perf | soak"
+	@echo "make unit | integration | lint | bench | bench-5000 | bench-scale | bench-scaling | scheduler-perf | soak"
 	@echo "make random-diff   the randomized differential test over many seeds (slow)"
 	@echo "make image | kind-up | kind-load | deploy | e2e-kind   (need a Docker engine and kind)"
 
@@ -69,6 +69,16 @@ bench-5000: venv control-plane
 	$(PY) -m bench.run --size 5000 --scheduler-cpus $(BENCH_CPUS) --pairs 1 --main-pairs 3 \
 		--out bench/results $(BENCH_ARGS)
 
+# 5000 nodes filled to 150,000 pods, kube-scheduler then kscheduler (hours; not in CI):
+# throughput over the first and last 10% of the pods and peak RSS, bench/results/scale-*
+SCALE_NODES ?= 5000
+SCALE_PODS ?= 150000
+SCALE_ARGS ?=
+
+bench-scale: venv control-plane
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench.scale --nodes $(SCALE_NODES) --pods $(SCALE_PODS) --out bench/results $(SCALE_ARGS)
+
 bench-scaling: venv control-plane
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	bench/scaling.sh
@@ -76,8 +86,16 @@ bench-scaling: venv control-plane
 scheduler-perf: control-plane
 	bench/scheduler_perf.sh
 
+# pods and nodes churned for SOAK_MINUTES against a kscheduler subprocess; its RSS over
+# time goes to bench/results/soak-*.json and .png (SOAK_TRACEMALLOC=1: what grew, by site)
+SOAK_MINUTES ?= 5
+SOAK_TRACEMALLOC ?= 0
+
 soak: venv control-plane
-	$(PY) -m pytest tests -m slow $(PYTEST_ARGS)
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	KSCHEDULER_SOAK_SECONDS=$$(( $(SOAK_MINUTES) * 60 )) KSCHEDULER_SOAK_OUT=bench/results \
+		KSCHEDULER_SOAK_TRACEMALLOC=$(SOAK_TRACEMALLOC) \
+		$(PY) -m pytest tests/integration/test_faults.py -m slow -k soak $(PYTEST_ARGS)
 
 # kscheduler against kube-scheduler on 40 generated clusters (make test plays 4);
 # replay one: python -m kscheduler.randomdiff --seed N -v

@@ -1,0 +1,64 @@
+"""Run kscheduler with tracemalloc on, writing a heap snapshot every INTERVAL seconds.
+
+    python -m bench.tracemalloc_run SNAPSHOT_DIR INTERVAL_S [kscheduler args...]
+
+The snapshots (``snap-<seconds>.pickle``, seconds since start) are diffed afterwards
+with :func:`top_growth`; the soak (``make soak SOAK_TRACEMALLOC=1``) does this for the
+second half of its run. Tracing costs CPU and memory, so the RSS of such a run is not
+the figure to quote.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+FRAMES = 12
+
+
+def _snapshots(out: Path, interval: float, began: float) -> None:
+    while True:
+        time.sleep(interval)
+        snap = tracemalloc.take_snapshot()
+        elapsed = int(time.monotonic() - began)
+        tmp = out / f".snap-{elapsed:06d}.tmp"
+        snap.dump(str(tmp))
+        tmp.rename(out / f"snap-{elapsed:06d}.pickle")
+
+
+def top_growth(older: Path, newer: Path, limit: int = 25) -> list[str]:
+    """The allocation sites that grew most from ``older`` to ``newer``, by traceback."""
+    ignore = [
+        tracemalloc.Filter(False, tracemalloc.__file__),
+        tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
+    ]
+    a = tracemalloc.Snapshot.load(str(older)).filter_traces(ignore)
+    b = tracemalloc.Snapshot.load(str(newer)).filter_traces(ignore)
+    lines = []
+    for stat in b.compare_to(a, "traceback")[:limit]:
+        frames = " <- ".join(
+            f"{Path(f.filename).name}:{f.lineno}" for f in list(stat.traceback)[:6]
+        )
+        lines.append(
+            f"{stat.size_diff / 1024:+.1f} KiB ({stat.count_diff:+d} blocks, "
+            f"now {stat.size / 1024:.1f} KiB): {frames}"
+        )
+    return lines
+
+
+def main() -> int:
+    out, interval, rest = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+    out.mkdir(parents=True, exist_ok=True)
+    tracemalloc.start(FRAMES)
+    began = time.monotonic()
+    threading.Thread(target=_snapshots, args=(out, interval, began), daemon=True).start()
+    from kscheduler.cli import main as kscheduler_main
+
+    return kscheduler_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
