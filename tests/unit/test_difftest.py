@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -392,3 +393,31 @@ def test_scheduler_config_is_top_level_for_both_and_checked() -> None:
     assert "podInitialBackoffSeconds: 60" in kscheduler_config({}, sc.scheduler_config)
     with pytest.raises(ScenarioError, match="schedulerConfig: unknown field"):
         scenario(schedulerConfig={"profiles": []})
+
+
+def test_shares_are_compared_by_form_and_consumed_capacity() -> None:
+    sc = scenario(expectClaims={"gpu": {"shares": ["memory=10Gi"]}})
+
+    def seen(share_id: Any, consumed: dict[str, str] | None) -> Any:
+        claim = _resource_claim("gpu", ["gpu-0"])
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        if share_id is not None:
+            result["shareID"] = share_id
+        if consumed is not None:
+            result["consumedCapacity"] = consumed
+        return observe(sc, pods=[], resource_claims=[claim]).device_claims
+
+    ten = {"memory": "10Gi"}
+    ref = run("reference", {}, device_claims=dict(seen(str(uuid.uuid4()), ten)))
+    same = run("kscheduler", {}, device_claims=dict(seen(str(uuid.uuid4()), ten)))
+    more = run("kscheduler", {}, device_claims=dict(seen(str(uuid.uuid4()), {"memory": "12Gi"})))
+    bad = run("kscheduler", {}, device_claims=dict(seen("not-a-uuid", ten)))
+    unshared = run("kscheduler", {}, device_claims=dict(seen(None, ten)))
+    assert ref.device_claims["default/gpu"].shares == ("memory=10Gi",)
+    assert "[memory=10Gi]" in ref.device_claims["default/gpu"].summary()
+    assert compare(sc, ref, same) == []
+    for other in (more, bad, unshared):
+        assert [d.field for d in compare(sc, ref, other)] == ["resourceclaim"]
+        assert [d.field for d in check_expectations(sc, other)] == ["shares"]
+    assert bad.device_claims["default/gpu"].shares[0].startswith("bad shareID")
+    assert unshared.device_claims["default/gpu"].shares == ("unshared memory=10Gi",)
