@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kscheduler.framework import CycleState, PodInfo, Status
 from kscheduler.framework.cel import SELECTOR_MAX_LENGTH
 from kscheduler.framework.dra import (
     AllocationError,
@@ -19,7 +20,11 @@ from kscheduler.framework.dra import (
     result_devices,
     shared_capacity,
 )
+from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.quantity import format_quantity
+from kscheduler.plugins.dynamic_resources import DynamicResources
+from tests.unit.builders import node, pod
+from tests.unit.fakes import FakeObjects
 
 DRIVER = "gpu.example.com"
 CLASSES = {
@@ -345,3 +350,69 @@ def test_a_selector_longer_than_the_api_allows_is_a_compile_error() -> None:
     too_long["exactly"]["selectors"] = [{"cel": {"expression": pad + " true"}}]
     with pytest.raises(AllocationError, match="CEL compile error: expression too long"):
         one([slice_("s", [{"name": "a"}])], claim(too_long))
+
+
+# ---- the plugin: allocated and in-flight shares --------------------------------------------
+class _Handle:
+    def __init__(self, objects: FakeObjects) -> None:
+        self.objects = objects
+
+
+def _pod_with(claim_name: str) -> PodInfo:
+    raw = pod(claim_name).req(cpu="1").raw()
+    raw["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    info = parse_pod(raw)
+    assert info.parse_error is None
+    return info
+
+
+def _claim_object(name: str, memory: str, allocated: str | None = None) -> dict[str, Any]:
+    c = claim(req(memory=memory), name=name)
+    c["metadata"].update(namespace="default", resourceVersion="1")
+    if allocated is not None:
+        result: dict[str, Any] = {"request": "r", "driver": DRIVER, "pool": "p", "device": "a"}
+        result |= {"shareID": str(uuid.uuid4()), "consumedCapacity": {"memory": allocated}}
+        c["status"] = {"allocation": {"devices": {"results": [result]}}}
+    return c
+
+
+def test_allocated_and_in_flight_shares_count_for_the_next_pod() -> None:
+    raw_slice = {
+        "metadata": {"name": "s", "resourceVersion": "1"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": "n1",
+            "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+            "devices": [shared_dev("a")],
+        },
+    }
+    objects = FakeObjects(
+        {
+            "resourceslices": [raw_slice],
+            "deviceclasses": [CLASSES["gpu"]],
+            "resourceclaims": [
+                _claim_object("old", "5Gi", allocated="5Gi"),
+                _claim_object("first", "30Gi"),
+                _claim_object("too-big", "10Gi"),
+                _claim_object("last", "5Gi"),
+            ],
+        }
+    )
+    pl = DynamicResources(_Handle(objects))  # type: ignore[arg-type]
+    ni = node("n1").alloc(cpu="4", pods=110).build()
+
+    def attempt(name: str) -> tuple[CycleState, Status | None]:
+        state = CycleState()
+        assert pl.pre_filter(state, _pod_with(name), [ni]) == (None, None)
+        return state, pl.filter(state, _pod_with(name), ni)
+
+    state, st = attempt("first")  # 5Gi allocated + 30Gi
+    assert st is None
+    assert pl.reserve(state, _pod_with("first"), "n1") is None  # now in flight
+    _, st = attempt("too-big")  # 5 + 30 + 10 > 40
+    assert st is not None and st.message == "cannot allocate all claims"
+    _, st = attempt("last")  # 5 + 30 + 5 = 40
+    assert st is None
+    pl.unreserve(state, _pod_with("first"), "n1")
+    _, st = attempt("too-big")  # the in-flight share dropped
+    assert st is None
