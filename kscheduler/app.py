@@ -53,6 +53,7 @@ EVENT_RESOURCES = {
     "resourceclaims": EventResource.RESOURCE_CLAIM,
     "resourceslices": EventResource.RESOURCE_SLICE,
     "deviceclasses": EventResource.DEVICE_CLASS,
+    "devicetaintrules": EventResource.DEVICE_TAINT_RULE,
 }
 
 #: kube-scheduler ignores terminal pods: they hold no resources.

@@ -624,6 +624,7 @@ RESOURCES: Final[Mapping[str, Resource]] = MappingProxyType(
         "volumeattachments": Resource("/apis/storage.k8s.io/v1/volumeattachments", False),
         "resourceslices": Resource("/apis/resource.k8s.io/v1/resourceslices", False),
         "deviceclasses": Resource("/apis/resource.k8s.io/v1/deviceclasses", False),
+        "devicetaintrules": Resource("/apis/resource.k8s.io/v1/devicetaintrules", False),
         "resourceclaims": Resource("/apis/resource.k8s.io/v1/resourceclaims", True),
     }
 )

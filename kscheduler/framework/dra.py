@@ -10,7 +10,8 @@ slices in a pool by name, devices in slice order; requests in claim order, a
 ``firstAvailable`` request tries its subrequests in order; depth-first with
 backtracking, taking the first complete solution. ``matchAttribute`` and
 ``distinctAttribute`` constraints are checked as devices are added; a device
-with an untolerated NoSchedule/NoExecute taint is skipped; ``adminAccess``
+with an untolerated NoSchedule/NoExecute taint (its slice's, or one a
+DeviceTaintRule gives it: :class:`TaintRule`) is skipped; ``adminAccess``
 requests may take devices in use. A pool whose slices are not all seen
 (resourceSliceCount) is incomplete: its devices are not used, and an ``All``
 request over it fails.
@@ -41,8 +42,10 @@ checked against what allocated shares (``shared``), and shares picked earlier in
 the search, already take (:func:`capacity_fits`). A shared device consumes its
 counters once. Devices and requests that use none of this skip the checks.
 
-Not implemented (a claim or node that needs them is rejected with
-:class:`Unsupported`): binding conditions, DeviceTaintRules.
+Devices with binding conditions (DRADeviceBindingConditions) are allocated like
+any other; the result carries their ``bindingConditions`` and
+``bindingFailureConditions``, and a device with ``bindsToNode`` limits the
+allocation's node selector to the node, as a node-local slice does.
 """
 
 from __future__ import annotations
@@ -383,13 +386,17 @@ class Device:
     attributes: dict[str, dict[str, Any]]
     capacity: dict[str, Any]
     taints: tuple[dict[str, Any], ...]
-    binding_conditions: bool
+    #: ``bindingConditions`` / ``bindingFailureConditions`` (DRADeviceBindingConditions)
+    binding_conditions: tuple[str, ...]
     #: (counter set, counters) per ``consumesCounters`` entry, in order
     consumes_counters: tuple[tuple[str, Counters], ...]
     allow_multiple_allocations: bool
     raw: dict[str, Any]
     #: the device's own node selection (set in a slice with perDeviceNodeSelection)
     node: DeviceNode | None = None
+    binding_failure_conditions: tuple[str, ...] = ()
+    #: ``bindsToNode``: an allocation with this device is limited to the node
+    binds_to_node: bool = False
     _input: DeviceInput | None = None
     _input_error: str = ""
     #: expression -> match (True/False) or the runtime error text
@@ -481,7 +488,11 @@ class Slice:
                     attributes={str(k): _d(v) for k, v in _d(d.get("attributes")).items()},
                     capacity={str(k): v for k, v in _d(d.get("capacity")).items()},
                     taints=tuple(_d(t) for t in _l(d.get("taints"))),
-                    binding_conditions=bool(d.get("bindingConditions")),
+                    binding_conditions=tuple(str(c) for c in _l(d.get("bindingConditions"))),
+                    binding_failure_conditions=tuple(
+                        str(c) for c in _l(d.get("bindingFailureConditions"))
+                    ),
+                    binds_to_node=d.get("bindsToNode") is True,
                     consumes_counters=tuple(consumes),
                     allow_multiple_allocations=bool(d.get("allowMultipleAllocations")),
                     raw=d,
@@ -697,8 +708,59 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return op == "Exists"
 
 
-def taint_prevents(device: Device, tolerations: Sequence[Mapping[str, Any]]) -> bool:
-    for taint in device.taints:
+@dataclass(frozen=True, slots=True)
+class TaintRule:
+    """A DeviceTaintRule: its taint applies to every device its ``deviceSelector``
+    selects (driver, pool and device name, each when set; no selector selects
+    nothing)."""
+
+    name: str
+    driver: str | None
+    pool: str | None
+    device: str | None
+    taint: dict[str, Any]
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> TaintRule | None:
+        """None for a rule without ``deviceSelector`` (it selects no device)."""
+        spec = _d(raw.get("spec"))
+        sel = spec.get("deviceSelector")
+        if not isinstance(sel, dict):
+            return None
+
+        def opt(key: str) -> str | None:
+            v = sel.get(key)
+            return None if v is None else str(v)
+
+        return cls(
+            str(_d(raw.get("metadata")).get("name", "")),
+            opt("driver"),
+            opt("pool"),
+            opt("device"),
+            _d(spec.get("taint")),
+        )
+
+    def selects(self, driver: str, pool: str, device: str) -> bool:
+        return (
+            (self.driver is None or self.driver == driver)
+            and (self.pool is None or self.pool == pool)
+            and (self.device is None or self.device == device)
+        )
+
+
+def rule_taints(rules: Sequence[TaintRule], did: DeviceID) -> list[dict[str, Any]]:
+    """The taints the DeviceTaintRules add to the device, in the rules' order."""
+    return [r.taint for r in rules if r.selects(did.driver, did.pool, did.device)]
+
+
+def taint_prevents(
+    device: Device,
+    tolerations: Sequence[Mapping[str, Any]],
+    extra: Sequence[Mapping[str, Any]] = (),
+) -> bool:
+    """Whether a NoSchedule/NoExecute taint of the device (its slice's, then
+    ``extra``: those of DeviceTaintRules) is not tolerated."""
+    for taint in chain(device.taints, extra):
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
             tolerates(t, taint) for t in tolerations
         ):
@@ -822,6 +884,7 @@ class Allocator:
         slices: Sequence[Slice] | SliceIndex,
         classes: Mapping[str, Mapping[str, Any]],
         allocated: set[DeviceID],
+        taint_rules: Sequence[TaintRule] = (),
         *,
         shared: Mapping[DeviceID, Counters] | None = None,
         fractional_capacity: bool | None = None,
@@ -838,6 +901,7 @@ class Allocator:
             if fractional_capacity is None
             else fractional_capacity
         )
+        self.taint_rules = list(taint_rules)
 
     def allocate(
         self,
@@ -1193,7 +1257,8 @@ class _Run:
         counters = bool(dev.consumes_counters) and not (multi and self._shares_in_use(did))
         if counters and not self._reserve_counters(pool, dev):
             return False, None
-        if taint_prevents(dev, rd.tolerations):
+        extra = rule_taints(self.a.taint_rules, did) if self.a.taint_rules else ()
+        if taint_prevents(dev, rd.tolerations, extra):
             if counters:
                 self._release_counters(pool, dev)
             return False, None
@@ -1223,10 +1288,6 @@ class _Run:
             if counters:
                 self._release_counters(pool, dev)
             return False, None
-        if dev.binding_conditions:
-            raise Unsupported(
-                f"device {did} has binding conditions, which kscheduler does not support"
-            )
         consumed: dict[str, Quantity] | None = None
         if multi:
             consumed = self._share(ci, rd, dev, did)
@@ -1359,6 +1420,10 @@ class _Run:
                 entry["shareID"] = str(uuid.uuid4())
             if res.consumed:
                 entry["consumedCapacity"] = dict(res.consumed)
+            if res.device.binding_conditions:
+                entry["bindingConditions"] = list(res.device.binding_conditions)
+            if res.device.binding_failure_conditions:
+                entry["bindingFailureConditions"] = list(res.device.binding_failure_conditions)
             results.append(entry)
         chosen: list[_Request] = []
         for ri, _req in enumerate(requests):
@@ -1420,7 +1485,7 @@ class _Run:
                 dn = res.device.node
                 node_name = dn.node_name if dn is not None else ""
                 selector_raw = dn.selector_raw if dn is not None else None
-            if node_name:
+            if node_name or res.device.binds_to_node:
                 return {
                     "nodeSelectorTerms": [
                         {

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -112,6 +113,7 @@ from kscheduler.framework.dra import (
     FailedOnNode,
     Slice,
     SliceIndex,
+    TaintRule,
     Unsupported,
     allocated_devices,
     extended_resource_classes,
@@ -129,6 +131,7 @@ STATE_KEY = "PreFilter" + NAME
 CLAIMS = "resourceclaims"
 SLICES = "resourceslices"
 CLASSES = "deviceclasses"
+TAINT_RULES = "devicetaintrules"
 API = "/apis/resource.k8s.io/v1"
 FINALIZER = "resource.kubernetes.io/delete-protection"
 
@@ -145,6 +148,9 @@ MSG_EXTENDED_CANNOT_FIT = "cannot fit resource"
 EXTENDED_CLAIM_NAME = "<extended-resources>"
 #: How long PreBind waits for the informer to show a claim it created.
 EXTENDED_CLAIM_WAIT = 120.0
+#: PreBind polls the claims for their binding conditions this often (upstream's 5s).
+BINDING_POLL = 5.0
+MSG_BINDING_PENDING = "waiting for binding conditions for device on node {node}"
 #: client-go's retry.DefaultRetry: 5 steps from 10 ms, x1 factor, 10% jitter.
 CONFLICT_RETRIES = 5
 CONFLICT_DELAY = 0.01
@@ -164,6 +170,75 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 class ClaimError(Exception):
     pass
+
+
+class BindingFailed(Exception):
+    """A binding failure condition of an allocated device is True."""
+
+
+class BindingTimeout(Exception):
+    """The binding conditions were not all True within bindingTimeout."""
+
+
+def _condition(conditions: Any, type_: str) -> dict[str, Any] | None:
+    for c in _l(conditions):
+        if _d(c).get("type") == type_:
+            return _d(c)
+    return None
+
+
+def claim_ready_for_binding(claim: Mapping[str, Any]) -> bool:
+    """Whether every binding condition of the claim's allocated devices is True in
+    its ``status.devices`` (True when there are none). BindingFailed when a binding
+    failure condition is True. As upstream, a device with binding conditions but no
+    status entry yet makes the claim not ready, without looking further."""
+    status = _d(claim.get("status"))
+    alloc = _d(status.get("allocation"))
+    if not alloc:
+        return False
+    for r in _l(_d(alloc.get("devices")).get("results")):
+        r = _d(r)
+        if not r.get("bindingConditions"):
+            continue
+        dev_status = None
+        for d in _l(status.get("devices")):
+            d = _d(d)
+            if (d.get("driver"), d.get("pool"), d.get("device")) == (
+                r.get("driver"),
+                r.get("pool"),
+                r.get("device"),
+            ):
+                dev_status = d
+                break
+        if dev_status is None:
+            return False
+        for cond in _l(r.get("bindingFailureConditions")):
+            failed = _condition(dev_status.get("conditions"), str(cond))
+            if failed is not None and failed.get("status") == "True":
+                raise BindingFailed(
+                    f"device binding failed: claim={_meta(claim).get('name', '')}, "
+                    f"reason={failed.get('reason', '')}, "
+                    f"message={json.dumps(str(failed.get('message', '')), ensure_ascii=False)}"
+                )
+        for cond in _l(r.get("bindingConditions")):
+            c = _condition(dev_status.get("conditions"), str(cond))
+            if c is None or c.get("status") != "True":
+                return False
+    return True
+
+
+def _has_binding_conditions(claim: Mapping[str, Any]) -> bool:
+    alloc = _d(_d(claim.get("status")).get("allocation"))
+    return any(_d(r).get("bindingConditions") for r in _l(_d(alloc.get("devices")).get("results")))
+
+
+def _parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _conflict(exc: BaseException) -> bool:
@@ -345,7 +420,7 @@ def parse_args(raw: Mapping[str, Any]) -> DynamicResourcesArgs:
 
 class DynamicResources:
     name = NAME
-    required_kinds = (SLICES, CLASSES, CLAIMS)
+    required_kinds = (SLICES, CLASSES, CLAIMS, TAINT_RULES)
 
     def __init__(self, handle: Handle | None, args: DynamicResourcesArgs | None = None) -> None:
         self.handle = handle
@@ -363,6 +438,10 @@ class DynamicResources:
         self._in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
         #: claim uid -> the claim as PreBind wrote it, until the informer has it
         self._assumed: dict[str, dict[str, Any]] = {}
+        #: rule name -> (resourceVersion, parsed or None when it selects nothing)
+        self._rules: dict[str, tuple[str, TaintRule | None]] = {}
+        #: the last DeviceTaintRule event's answer: (old, new, devices' taints changed)
+        self._last_rule_event: tuple[Any, Any, bool] | None = None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DynamicResources:
@@ -426,6 +505,36 @@ class DynamicResources:
         if changed or self._index is None:
             self._index = SliceIndex(out)
         return self._index
+
+    def _taint_rules(self) -> list[TaintRule]:
+        """The DeviceTaintRules (DRADeviceTaintRules), each version parsed once."""
+        assert self.handle is not None
+        out = []
+        seen = set()
+        for raw in self.handle.objects.list(TAINT_RULES):
+            meta = _meta(raw)
+            name = str(meta.get("name", ""))
+            rv = str(meta.get("resourceVersion", ""))
+            seen.add(name)
+            hit = self._rules.get(name)
+            if hit is None or hit[0] != rv:
+                hit = (rv, TaintRule.parse(raw))
+                self._rules[name] = hit
+            if hit[1] is not None:
+                out.append(hit[1])
+        for gone in set(self._rules) - seen:
+            del self._rules[gone]
+        return out
+
+    def claim_timed_out(self, claim: Mapping[str, Any]) -> bool:
+        """Whether bindingTimeout has passed since the allocation of a claim with binding
+        conditions (upstream's isClaimTimeout)."""
+        if not _has_binding_conditions(claim):
+            return False
+        at = _parse_time(_d(_d(claim.get("status")).get("allocation")).get("allocationTimestamp"))
+        if at is None:
+            return False
+        return (datetime.now(UTC) - at).total_seconds() > self.args.binding_timeout
 
     def _taken(self) -> tuple[set[DeviceID], dict[DeviceID, dict[str, Decimal]]]:
         """The devices of every allocated claim (each claim version read once) and of
@@ -547,7 +656,9 @@ class DynamicResources:
         if to_allocate:
             classes = {str(_meta(c).get("name", "")): c for c in self.handle.objects.list(CLASSES)}
             taken, shared = self._taken()
-            s.allocator = Allocator(self._slice_index(), classes, taken, shared=shared)
+            s.allocator = Allocator(
+                self._slice_index(), classes, taken, self._taint_rules(), shared=shared
+            )
         s.claims = claims
         return None, None
 
@@ -646,12 +757,22 @@ class DynamicResources:
                 return None  # the node's allocatable serves the extended resources
         node = node_info.node
         labels = node.labels if node is not None else {}
-        unavailable = [
-            i
-            for i, info in enumerate(s.claims)
-            if info.available_on is not None
-            and not info.available_on.matches(labels, node_info.name)
-        ]
+        unavailable = []
+        for i, info in enumerate(s.claims):
+            if info.available_on is not None and not info.available_on.matches(
+                labels, node_info.name
+            ):
+                unavailable.append(i)
+                continue
+            if info.allocated:
+                # binding failed or timed out: PostFilter may deallocate the claim
+                try:
+                    ready = claim_ready_for_binding(info.claim)
+                except BindingFailed:
+                    unavailable.append(i)
+                    continue
+                if not ready and self.claim_timed_out(info.claim):
+                    unavailable.append(i)
         allocations: list[dict[str, Any]] = []
         if s.allocator is not None:
             node_extended = s.node_extended.get(node_info.name)
@@ -981,7 +1102,56 @@ class DynamicResources:
             written.append(uid)
         for uid in written:
             self._in_flight.pop(uid, None)
-        return None
+        if not any(_has_binding_conditions(info.claim) for info in s.claims):
+            return None
+        return await self._wait_for_binding_conditions(s, pod, node_name)
+
+    async def _wait_for_binding_conditions(
+        self, s: _State, pod: PodInfo, node_name: str
+    ) -> Status | None:
+        """DRADeviceBindingConditions: wait until every binding condition of the pod's
+        allocated devices is True (the driver sets them in the claims'
+        ``status.devices``), checking at once and then every 5s, for at most
+        bindingTimeout. A True binding failure condition, or the timeout, is an Error:
+        Unreserve runs, and in the next attempt Filter finds the claim unavailable and
+        PostFilter deallocates it."""
+        assert self.handle is not None
+        self.handle.recorder.event(
+            pod.raw,
+            "Normal",
+            "BindingConditionsPending",
+            "Scheduling",
+            MSG_BINDING_PENDING.format(node=node_name),
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.args.binding_timeout
+        while True:
+            try:
+                if self._pod_ready_for_binding(s):
+                    return None
+            except (BindingFailed, BindingTimeout, ClaimError) as exc:
+                return Status.as_error(str(exc))
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(BINDING_POLL, left))
+            if loop.time() >= deadline:
+                break
+        return Status.as_error("device binding timeout: context deadline exceeded")
+
+    def _pod_ready_for_binding(self, s: _State) -> bool:
+        for info in s.claims:
+            meta = _meta(info.claim)
+            name = str(meta.get("name", ""))
+            claim = self._claim(str(meta.get("namespace", "")), name)
+            if claim is None:
+                raise ClaimError(f'resourceclaim.resource.k8s.io "{name}" not found')
+            info.claim = claim
+            if not claim_ready_for_binding(claim):
+                if self.claim_timed_out(claim):
+                    raise BindingTimeout(f"device binding timeout: claim={name}")
+                return False
+        return True
 
     async def _create_extended_claim(self, info: _ClaimInfo) -> dict[str, Any]:
         """Create the extended claim as Filter made it for the node (no name, uid or
@@ -1116,7 +1286,43 @@ class DynamicResources:
             ClusterEventWithHint(
                 ClusterEvent(EventResource.DEVICE_CLASS, add_update), self._if_pod_has_claims
             ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.DEVICE_TAINT_RULE, ActionType.ALL),
+                self._after_taint_rule_change,
+            ),
         ]
+
+    def _after_taint_rule_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """A DeviceTaintRule added, changed or deleted: queue a pod with claims when the
+        taints of some device in the ResourceSlices changed (upstream sees this as an
+        update of those slices)."""
+        if not pod.spec.get("resourceClaims"):
+            return QueueingHint.SKIP
+        last = self._last_rule_event
+        if last is not None and last[0] is old and last[1] is new:
+            changed = last[2]
+        else:
+            changed = self._rule_changes_taints(old, new)
+            self._last_rule_event = (old, new, changed)
+        return QueueingHint.QUEUE if changed else QueueingHint.SKIP
+
+    def _rule_changes_taints(self, old: Any, new: Any) -> bool:
+        assert self.handle is not None
+        before = TaintRule.parse(_d(old)) if old is not None else None
+        after = TaintRule.parse(_d(new)) if new is not None else None
+        if before == after:
+            return False
+        for raw in self.handle.objects.list(SLICES):
+            spec = _d(raw.get("spec"))
+            driver = str(spec.get("driver", ""))
+            pool = str(_d(spec.get("pool")).get("name", ""))
+            for dev in _l(spec.get("devices")):
+                name = str(_d(dev).get("name", ""))
+                had = before.taint if before and before.selects(driver, pool, name) else None
+                has = after.taint if after and after.selects(driver, pool, name) else None
+                if had != has:
+                    return True
+        return False
 
     def _if_pod_has_claims(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """Pods with claims, or with extended resources a DeviceClass may back."""

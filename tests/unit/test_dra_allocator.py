@@ -20,6 +20,7 @@ from kscheduler.framework.dra import (
     DeviceID,
     FailedOnNode,
     Slice,
+    TaintRule,
     allocated_devices,
 )
 
@@ -454,3 +455,94 @@ def test_duplicate_counter_set_names_make_the_pool_invalid() -> None:
     ]
     with pytest.raises(FailedOnNode, match="invalid resource pools"):
         Allocator(s, CLASSES, set()).allocate("n1", {}, [claim(exact("r"))])
+
+
+def test_devices_with_binding_conditions_are_allocated_last_and_carry_them() -> None:
+    bound = dev("bc-0")
+    bound["bindingConditions"] = ["attached"]
+    bound["bindingFailureConditions"] = ["failed"]
+    bound["bindsToNode"] = True
+    net = Slice.parse(
+        {
+            "metadata": {"name": "fabric", "uid": "f", "resourceVersion": "1"},
+            "spec": {
+                "driver": DRIVER,
+                "allNodes": True,
+                "pool": {"name": "a-fabric", "generation": 1, "resourceSliceCount": 1},
+                "devices": [bound],
+            },
+        }
+    )
+    plain = [slice_("n1", "n1", [dev("gpu-0")], pool="z-local")]
+    # the fabric pool sorts first by name but has binding conditions: searched last
+    first = Allocator([net, *plain], CLASSES, set()).allocate("n1", {}, [claim(exact("r"))])
+    assert picked(first) == [[("r", "gpu-0")]]
+    assert first is not None and "bindingConditions" not in first[0]["devices"]["results"][0]
+    taken = {DeviceID(DRIVER, "z-local", "gpu-0")}
+    res = Allocator([net, *plain], CLASSES, taken).allocate("n1", {}, [claim(exact("r"))])
+    assert res is not None
+    (result,) = res[0]["devices"]["results"]
+    assert result["device"] == "bc-0"
+    assert result["bindingConditions"] == ["attached"]
+    assert result["bindingFailureConditions"] == ["failed"]
+    # bindsToNode: an all-nodes device limits the allocation to the chosen node
+    assert res[0]["nodeSelector"] == {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]
+    }
+    bound.pop("bindsToNode")
+    net2 = Slice.parse(
+        {
+            "metadata": {"name": "fabric", "uid": "f", "resourceVersion": "2"},
+            "spec": {
+                "driver": DRIVER,
+                "allNodes": True,
+                "pool": {"name": "a-fabric", "generation": 1, "resourceSliceCount": 1},
+                "devices": [bound],
+            },
+        }
+    )
+    res = Allocator([net2], CLASSES, set()).allocate("n1", {}, [claim(exact("r"))])
+    assert res is not None and "nodeSelector" not in res[0]
+
+
+def rule(name: str, taint: dict[str, Any], **selector: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"deviceSelector": selector, "taint": taint},
+    }
+
+
+def test_device_taint_rules_taint_the_devices_they_select() -> None:
+    s = [
+        slice_("n1", "n1", [dev("gpu-0"), dev("gpu-1")]),
+        slice_("n1-other", "n1", [dev("gpu-0")], pool="other"),
+    ]
+    broken = {"key": "broken", "value": "fan", "effect": "NoSchedule"}
+    by_device = TaintRule.parse(rule("one", broken, device="gpu-0", pool="n1"))
+    assert by_device is not None
+    a = Allocator(s, CLASSES, set(), [by_device])
+    assert picked(a.allocate("n1", {}, [claim(exact("r", 2))])) == [
+        [("r", "gpu-1"), ("r", "gpu-0")]
+    ]
+    tol = [{"key": "broken", "operator": "Equal", "value": "fan", "effect": "NoSchedule"}]
+    assert picked(a.allocate("n1", {}, [claim(exact("r", 1, tolerations=tol))])) == [
+        [("r", "gpu-0")]
+    ]
+    # a driver-wide NoExecute rule taints every device of the driver
+    everything = TaintRule.parse(
+        rule("all", {"key": "drain", "effect": "NoExecute"}, driver=DRIVER)
+    )
+    assert everything is not None
+    assert (
+        Allocator(s, CLASSES, set(), [everything]).allocate("n1", {}, [claim(exact("r"))]) is None
+    )
+    other = TaintRule.parse(rule("x", {"key": "drain", "effect": "NoExecute"}, driver="x.io"))
+    assert other is not None
+    assert picked(Allocator(s, CLASSES, set(), [other]).allocate("n1", {}, [claim(exact("r"))]))
+    # effect None only informs; a rule without a selector selects nothing
+    info = TaintRule.parse(rule("info", {"key": "note", "effect": "None"}))
+    assert info is not None
+    assert picked(Allocator(s, CLASSES, set(), [info]).allocate("n1", {}, [claim(exact("r"))]))
+    assert TaintRule.parse({"metadata": {"name": "none"}, "spec": {"taint": broken}}) is None

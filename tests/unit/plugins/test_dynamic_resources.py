@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import asyncio
 import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from kscheduler.algorithm import Algorithm
 from kscheduler.cache import Cache, Snapshot
-from kscheduler.framework import Code, CycleState, NodeToStatus, PodInfo, Status
+from kscheduler.framework import Code, CycleState, NodeToStatus, PodInfo, QueueingHint, Status
 from kscheduler.framework.args import ConfigError
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.runtime import Framework
@@ -24,7 +27,7 @@ from kscheduler.plugins.dynamic_resources import (
 )
 
 from ..builders import node, pod
-from ..fakes import FakeObjects, framework
+from ..fakes import FakeClient, FakeObjects, FakeRecorder, framework
 
 PL = DynamicResources(None)
 
@@ -271,3 +274,283 @@ def test_an_allocation_error_is_wrapped_as_upstreams_framework_wraps_filter_erro
     )
     found = fwk.run_filters_on(fwk.filters_to_run(state), state, p, [ni])
     assert found[0].message == want
+
+
+# ---- DRADeviceBindingConditions -------------------------------------------------------------
+class _BindingHandle:
+    def __init__(self, objects: FakeObjects) -> None:
+        self.objects = objects
+        self.client = FakeClient()
+        self.recorder = FakeRecorder()
+
+
+def _bound_claim(
+    pod_uid: str, *, at: str, conditions: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """A claim allocated to a device with binding conditions and reserved for the pod."""
+    claim: dict[str, Any] = {
+        "metadata": {"namespace": "default", "name": "my-gpu", "uid": "c1", "resourceVersion": "5"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "r",
+                            "driver": "gpu.example.com",
+                            "pool": "n1",
+                            "device": "gpu-0",
+                            "bindingConditions": ["attached", "ready"],
+                            "bindingFailureConditions": ["failed"],
+                        }
+                    ]
+                },
+                "allocationTimestamp": at,
+            },
+            "reservedFor": [{"resource": "pods", "name": "claims", "uid": pod_uid}],
+        },
+    }
+    if conditions is not None:
+        claim["status"]["devices"] = [
+            {
+                "driver": "gpu.example.com",
+                "pool": "n1",
+                "device": "gpu-0",
+                "conditions": conditions,
+            }
+        ]
+    return claim
+
+
+def _cond(type_: str, status: str = "True", reason: str = "", message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def _now(delta: float = 0.0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=delta)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_claim_ready_for_binding_as_upstream() -> None:
+    ready = dynamic_resources.claim_ready_for_binding
+    uid = "p1"
+    assert not ready(_bound_claim(uid, at=_now(), conditions=None))  # no device status yet
+    assert not ready(_bound_claim(uid, at=_now(), conditions=[_cond("attached")]))
+    assert not ready(
+        _bound_claim(uid, at=_now(), conditions=[_cond("attached"), _cond("ready", "False")])
+    )
+    assert ready(_bound_claim(uid, at=_now(), conditions=[_cond("ready"), _cond("attached")]))
+    failed = _bound_claim(
+        uid, at=_now(), conditions=[_cond("attached"), _cond("failed", reason="R", message="no")]
+    )
+    with pytest.raises(dynamic_resources.BindingFailed) as exc:
+        ready(failed)
+    assert str(exc.value) == 'device binding failed: claim=my-gpu, reason=R, message="no"'
+    plain = _bound_claim(uid, at=_now(), conditions=None)
+    del plain["status"]["allocation"]["devices"]["results"][0]["bindingConditions"]
+    assert ready(plain)
+
+
+async def _pre_bind_with(
+    claim: dict[str, Any], timeout: float, driver: Any = None
+) -> tuple[Status | None, _BindingHandle, float]:
+    p = with_claims()
+    claim["status"]["reservedFor"][0]["uid"] = p.uid
+    objects = FakeObjects(
+        {"resourceclaims": [claim], "deviceclasses": [{"metadata": {"name": "gpu"}}]}
+    )
+    handle = _BindingHandle(objects)
+    pl = DynamicResources(handle, dynamic_resources.DynamicResourcesArgs(binding_timeout=timeout))  # type: ignore[arg-type]
+    state = CycleState()
+    assert pl.pre_filter(state, p, []) == (None, None)
+    task = asyncio.create_task(driver(objects)) if driver is not None else None
+    t0 = time.monotonic()
+    st = await pl.pre_bind(state, p, "n1")
+    if task is not None:
+        await task
+    return st, handle, time.monotonic() - t0
+
+
+async def test_pre_bind_waits_for_the_binding_conditions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dynamic_resources, "BINDING_POLL", 0.02)
+
+    async def driver(objects: FakeObjects) -> None:
+        await asyncio.sleep(0.1)
+        done = _bound_claim("", at=_now(), conditions=[_cond("attached"), _cond("ready")])
+        done["metadata"]["resourceVersion"] = "6"
+        done["status"]["reservedFor"] = objects.objects["resourceclaims"][0]["status"][
+            "reservedFor"
+        ]
+        objects.objects["resourceclaims"] = [done]
+
+    st, handle, took = await _pre_bind_with(_bound_claim("", at=_now(), conditions=None), 5, driver)
+    assert st is None
+    assert took >= 0.1
+    assert handle.recorder.events == [
+        (
+            "default/claims",
+            "Normal",
+            "BindingConditionsPending",
+            "waiting for binding conditions for device on node n1",
+        )
+    ]
+
+
+async def test_pre_bind_fails_on_a_binding_failure_condition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dynamic_resources, "BINDING_POLL", 0.02)
+
+    async def driver(objects: FakeObjects) -> None:
+        await asyncio.sleep(0.05)
+        bad = _bound_claim(
+            "", at=_now(), conditions=[_cond("failed", reason="Broken", message="fan")]
+        )
+        bad["metadata"]["resourceVersion"] = "6"
+        objects.objects["resourceclaims"] = [bad]
+
+    st, _, _ = await _pre_bind_with(_bound_claim("", at=_now(), conditions=None), 5, driver)
+    assert st is not None
+    assert (st.code, st.message) == (
+        Code.ERROR,
+        'device binding failed: claim=my-gpu, reason=Broken, message="fan"',
+    )
+
+
+async def test_pre_bind_gives_up_at_the_binding_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dynamic_resources, "BINDING_POLL", 0.02)
+    # (allocationTimestamp ahead, so that the claim's own timeout does not come first)
+    st, _, took = await _pre_bind_with(_bound_claim("", at=_now(5), conditions=None), 0.15)
+    assert st is not None
+    assert (st.code, st.message) == (
+        Code.ERROR,
+        "device binding timeout: context deadline exceeded",
+    )
+    assert 0.15 <= took < 1
+    # allocated longer ago than bindingTimeout: the claim itself has timed out
+    st, _, took = await _pre_bind_with(_bound_claim("", at=_now(-60), conditions=None), 30)
+    assert st is not None
+    assert st.message == "device binding timeout: claim=my-gpu"
+    assert took < 1
+
+
+def test_filter_finds_a_failed_or_timed_out_claim_unavailable() -> None:
+    ni = node("n1").alloc(cpu="4", pods=110).build()
+    cases = [
+        (_bound_claim("", at=_now(), conditions=None), None),
+        (
+            _bound_claim("", at=_now(-700), conditions=None),
+            "resourceclaim not available on the node",
+        ),
+        (
+            _bound_claim("", at=_now(), conditions=[_cond("failed")]),
+            "resourceclaim not available on the node",
+        ),
+    ]
+    for claim, want in cases:
+        p = with_claims()
+        claim["status"]["reservedFor"][0]["uid"] = p.uid
+        pl = DynamicResources(_BindingHandle(FakeObjects({"resourceclaims": [claim]})))  # type: ignore[arg-type]
+        state = CycleState()
+        assert pl.pre_filter(state, p, [ni]) == (None, None)
+        st = pl.filter(state, p, ni)
+        if want is None:
+            assert st is None
+        else:
+            assert st is not None
+            assert (st.code, st.message) == (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, want)
+
+
+# ---- DRADeviceTaintRules ----------------------------------------------------------------------
+def test_a_device_taint_rule_change_queues_pods_only_when_device_taints_change() -> None:
+    slice_obj = {
+        "metadata": {"name": "n1-gpu", "resourceVersion": "1"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
+        },
+    }
+    pl = DynamicResources(_BindingHandle(FakeObjects({"resourceslices": [slice_obj]})))  # type: ignore[arg-type]
+
+    def rule(device: str, key: str = "broken", **extra: Any) -> dict[str, Any]:
+        return {
+            "metadata": {"name": "r", **extra},
+            "spec": {
+                "deviceSelector": {"driver": "gpu.example.com", "device": device},
+                "taint": {"key": key, "effect": "NoSchedule"},
+            },
+        }
+
+    hint = pl._after_taint_rule_change
+    p = with_claims()
+    assert hint(p, None, rule("gpu-0")) == QueueingHint.QUEUE
+    assert hint(p, rule("gpu-0"), None) == QueueingHint.QUEUE
+    assert hint(p, None, rule("gpu-9")) == QueueingHint.SKIP  # selects no device
+    assert hint(p, rule("gpu-0"), rule("gpu-0", labels={"a": "b"})) == QueueingHint.SKIP
+    assert hint(p, rule("gpu-0"), rule("gpu-0", key="other")) == QueueingHint.QUEUE
+    assert hint(p, rule("gpu-9"), rule("gpu-1")) == QueueingHint.QUEUE
+    assert hint(pod("plain").build(), None, rule("gpu-0")) == QueueingHint.SKIP
+
+
+def test_filter_honours_device_taint_rules() -> None:
+    driver = "gpu.example.com"
+    ni = node("n1").alloc(cpu="4", pods=110).build()
+
+    def objects(rules: list[dict[str, Any]], tolerations: list[Any]) -> FakeObjects:
+        return FakeObjects(
+            {
+                "resourceslices": [
+                    {
+                        "metadata": {"name": "n1-gpu", "uid": "s1", "resourceVersion": "1"},
+                        "spec": {
+                            "driver": driver,
+                            "nodeName": "n1",
+                            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                            "devices": [{"name": "gpu-0"}],
+                        },
+                    }
+                ],
+                "deviceclasses": [{"metadata": {"name": "gpu"}, "spec": {}}],
+                "devicetaintrules": rules,
+                "resourceclaims": [
+                    {
+                        "metadata": {"namespace": "default", "name": "my-gpu", "uid": "c1"},
+                        "spec": {
+                            "devices": {
+                                "requests": [
+                                    {
+                                        "name": "r",
+                                        "exactly": {
+                                            "deviceClassName": "gpu",
+                                            "tolerations": tolerations,
+                                        },
+                                    }
+                                ]
+                            }
+                        },
+                    }
+                ],
+            }
+        )
+
+    rule = {
+        "metadata": {"name": "drain", "resourceVersion": "1"},
+        "spec": {
+            "deviceSelector": {"pool": "n1"},
+            "taint": {"key": "drain", "effect": "NoExecute"},
+        },
+    }
+    tol = [{"key": "drain", "operator": "Exists", "effect": "NoExecute"}]
+    for rules, tolerations, want in (
+        ([], [], None),
+        ([rule], [], Code.UNSCHEDULABLE_AND_UNRESOLVABLE),
+        ([rule], tol, None),
+    ):
+        pl = DynamicResources(_BindingHandle(objects(rules, tolerations)))  # type: ignore[arg-type]
+        state = CycleState()
+        assert pl.pre_filter(state, with_claims(), [ni]) == (None, None)
+        st = pl.filter(state, with_claims(), ni)
+        assert (st.code if st else None) == want
+        if st is not None:
+            assert st.message == "cannot allocate all claims"
