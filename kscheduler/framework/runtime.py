@@ -848,12 +848,15 @@ PARALLEL_PRE_BIND_KEY = "kscheduler.io/parallel-pre-bind-plugins"
 async def _pre_bind_one(
     p: PreBindPlugin, state: CycleState, pod: PodInfo, node_name: str
 ) -> Status | None:
-    """One plugin's PreBind: None on Success or Skip, else its status with its name."""
+    """One plugin's PreBind: None on Success or Skip, else its status with its name (an
+    Error wrapped as upstream's framework wraps it: ``running PreBind plugin "NAME": ...``)."""
     try:
         st = await p.pre_bind(state, pod, node_name)
     except Exception as exc:
-        return Status.as_error(exc, p.name)
+        return Status.as_error(f'running PreBind plugin "{p.name}": {exc}', p.name)
     if st is not None and st.code not in (Code.SUCCESS, Code.SKIP):
+        if st.code == Code.ERROR:
+            return Status.as_error(f'running PreBind plugin "{p.name}": {st.message}', p.name)
         return st.with_plugin(p.name)
     return None
 
