@@ -64,6 +64,11 @@ Scenario format::
       web:gpu: {allocated: false}         # a template's claim: pod name, ":", pod claim name
       gpu-pod:extended-resources: {devices: [container-0-request-1/node-a/gpu-0]}
                                           # the claim made for a pod's extended resources
+    deviceConditions:                   # the run plays a DRA driver: each time the claim
+      gpu: [[failed], [attached]]       # is allocated (without device status), its devices
+                                        # with bindingConditions get the next list's
+                                        # conditions True in status.devices (the last list
+                                        # repeats)
     schedulerStartsAfterPods: false     # true: all pods exist before the scheduler starts
     settleSeconds: 2                    # quiet time that ends a run
     timeoutSeconds: 60
@@ -91,8 +96,9 @@ the pod's claim name, "pod:claim"; the claim a scheduler makes for a pod's
 extended resources backed by DRA, whose name is generated, "pod:extended-resources"):
 whether allocated, each result's request, driver, pool, device and adminAccess in
 order, whether it is a share of a device (a ``shareID`` that is a UUID; the IDs
-themselves are random, upstream's too) and its ``consumedCapacity``, the
-allocation's node selector and the pods it is reserved for.
+themselves are random, upstream's too) and its ``consumedCapacity``, each result's
+bindingConditions and bindingFailureConditions, the allocation's node selector and
+the pods it is reserved for.
 
 A run is settled when every pod to schedule is bound or carries
 PodScheduled=False (or was deleted), no pod is terminating, every workload has
@@ -310,6 +316,9 @@ class Scenario:
     expect_workloads: Mapping[str, WorkloadExpectation] = field(default_factory=dict)
     expect_claims: Mapping[str, ClaimExpectation] = field(default_factory=dict)
     known_difference: str | None = None
+    device_conditions: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    """Claim ("ns/name") -> the condition types set True on its devices at each of its
+    allocations, in turn (the run plays the DRA driver; the last set repeats)."""
     scheduler_starts_after_pods: bool = False
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
@@ -396,7 +405,7 @@ _SCENARIO_KEYS = _keys(
     name description config schedulerConfig priorityClasses namespaces nodes objects existingPods
     workloads pods
     updates expect expectClaims knownDifference schedulerStartsAfterPods settleSeconds
-    timeoutSeconds
+    timeoutSeconds deviceConditions
     """
 )
 #: Top-level configuration a scenario may set for both schedulers.
@@ -557,6 +566,18 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         for claim, facts in f.mapping("expectClaims").items()
     }
     known = (f.string("knownDifference") or "").strip() or None
+    device_conditions: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for claim, turns in f.mapping("deviceConditions").items():
+        where = f"deviceConditions.{claim}"
+        if not isinstance(turns, list) or not turns:
+            raise ScenarioError(f"{where}: expected a non-empty list of lists of condition types")
+        sets = []
+        for turn in turns:
+            if not isinstance(turn, list) or not all(isinstance(t, str) and t for t in turn):
+                raise ScenarioError(f"{where}: expected lists of condition types")
+            sets.append(tuple(turn))
+        key = str(claim) if "/" in str(claim) else f"default/{claim}"
+        device_conditions[key] = tuple(sets)
     settle = float(f.get("settleSeconds", (int, float), DEFAULT_SETTLE_SECONDS))
     timeout = float(f.get("timeoutSeconds", (int, float), DEFAULT_TIMEOUT_SECONDS))
     return Scenario(
@@ -577,6 +598,7 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         expect_workloads=expect_workloads,
         expect_claims=expect_claims,
         known_difference=known,
+        device_conditions=device_conditions,
         scheduler_starts_after_pods=bool(f.get("schedulerStartsAfterPods", bool, False)),
         settle_seconds=settle,
         timeout_seconds=timeout,
@@ -1100,6 +1122,8 @@ class DeviceClaimOutcome:
     consumedCapacity as "name=quantity,..." (sorted by name); a shareID that is not a
     UUID shows as "bad shareID ..." and consumedCapacity without a shareID as
     "unshared ..."."""
+    binding: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    """(bindingConditions, bindingFailureConditions) of each result, in order."""
 
     @property
     def device_names(self) -> tuple[str, ...]:
@@ -1115,7 +1139,13 @@ class DeviceClaimOutcome:
             for (r, drv, p, d, admin), sh in zip(self.devices, shares, strict=True)
         )
         reserved = ", ".join(self.reserved_for) or "-"
-        return f"allocated {text or '(no devices)'}; reserved for {reserved}"
+        binding = ""
+        if any(ok or bad for ok, bad in self.binding):
+            binding = "; binding conditions " + ", ".join(
+                f"{'/'.join(ok) or '-'} (failure: {'/'.join(bad) or '-'})"
+                for ok, bad in self.binding
+            )
+        return f"allocated {text or '(no devices)'}; reserved for {reserved}{binding}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -1490,6 +1520,9 @@ class DiffRunner:
         try:
             async with AsyncExitStack() as stack:
                 await self._create_run_state(scenario, created, outcome)
+                if scenario.device_conditions:
+                    driver = asyncio.create_task(self._play_driver(scenario), name="driver")
+                    stack.callback(driver.cancel)
                 if not scenario.scheduler_starts_after_pods:
                     await self._start(stack, scenario, which, outcome)
                 for workload in scenario.workloads:
@@ -1531,6 +1564,55 @@ class DiffRunner:
             outcome.seconds = time.monotonic() - began
             await self._wipe_run_state(scenario, objects=created)
         return outcome
+
+    async def _play_driver(self, scenario: Scenario) -> None:
+        """deviceConditions: as a DRA driver would, set the binding conditions of a claim's
+        allocated devices in its status.devices, the next set at each new allocation (an
+        allocation whose devices have binding conditions and no status yet)."""
+        turns: dict[str, int] = {}
+        while True:
+            await asyncio.sleep(_POLL_SECONDS)
+            for key, sets in scenario.device_conditions.items():
+                ns, _, name = key.partition("/")
+                path = f"{_RESOURCE_API}/namespaces/{ns}/resourceclaims/{name}"
+                try:
+                    claim: JSON = await self.api.get(path)
+                except ApiError:
+                    continue
+                status = claim.get("status") or {}
+                results = [
+                    r
+                    for r in ((status.get("allocation") or {}).get("devices") or {}).get("results")
+                    or []
+                    if r.get("bindingConditions")
+                ]
+                if not results or status.get("devices"):
+                    continue
+                turn = turns.get(key, 0)
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                status["devices"] = [
+                    {
+                        "driver": r["driver"],
+                        "pool": r["pool"],
+                        "device": r["device"],
+                        "conditions": [
+                            {
+                                "type": t,
+                                "status": "True",
+                                "reason": "Difftest",
+                                "message": f"{t} (set by the differential runner)",
+                                "lastTransitionTime": now,
+                            }
+                            for t in sets[min(turn, len(sets) - 1)]
+                        ],
+                    }
+                    for r in results
+                ]
+                try:
+                    await self.api.put(f"{path}/status", claim)
+                except ApiError:
+                    continue  # changed meanwhile: the next poll sees it again
+                turns[key] = turn + 1
 
     async def _start(
         self, stack: AsyncExitStack, scenario: Scenario, which: Which, outcome: RunOutcome
@@ -2023,6 +2105,13 @@ def _device_claim_outcome(claim: Mapping[str, Any]) -> DeviceClaimOutcome:
         node_selector=json.dumps(selector, sort_keys=True) if selector is not None else None,
         reserved_for=reserved,
         shares=tuple(_share(r) for r in results),
+        binding=tuple(
+            (
+                tuple(str(c) for c in r.get("bindingConditions") or []),
+                tuple(str(c) for c in r.get("bindingFailureConditions") or []),
+            )
+            for r in results
+        ),
     )
 
 

@@ -42,7 +42,11 @@ PreBind
     ``resource.kubernetes.io/delete-protection`` finalizer (update), then
     ``status.allocation`` (with ``allocationTimestamp``) and the pod in
     ``status.reservedFor`` (status update). The written claim overlays the
-    informer's copy until the informer catches up.
+    informer's copy until the informer catches up. When an allocated device has
+    binding conditions, PreBind then waits (every 5s, up to bindingTimeout) until
+    the driver has set them all True in the claim's ``status.devices``; a True
+    binding failure condition or the timeout is an Error, after which Filter finds
+    the claim unavailable and PostFilter deallocates it.
 
 Extended resources backed by DRA (DRAExtendedResource)
     A pod requesting an extended resource that a DeviceClass backs (see
@@ -61,9 +65,9 @@ Extended resources backed by DRA (DRAExtendedResource)
     pod's ``status.extendedResourceClaimStatus``. Unreserve deletes a claim it
     created (finalizer removed first).
 
-Not implemented, rejected with a message saying so: binding conditions (see
-:mod:`kscheduler.framework.dra`); DeviceTaintRules are not applied; the
-filterTimeout argument is not enforced.
+DeviceTaintRules: their taints are added to the devices they select, for the
+allocator's toleration check; a rule change that alters some device's taints
+queues pods with claims.
 """
 
 from __future__ import annotations
@@ -1141,6 +1145,8 @@ class DynamicResources:
 
     def _pod_ready_for_binding(self, s: _State) -> bool:
         for info in s.claims:
+            if info.extended and info.allocation is None:
+                continue  # the in-memory claim of extended resources the node serves
             meta = _meta(info.claim)
             name = str(meta.get("name", ""))
             claim = self._claim(str(meta.get("namespace", "")), name)

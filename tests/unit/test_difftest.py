@@ -168,6 +168,17 @@ def test_after_nominated_must_name_an_earlier_pod() -> None:
         scenario(pods=[{"name": "b", "afterNominated": "a"}, {"name": "a"}])
 
 
+def test_device_conditions_are_lists_of_condition_types_per_claim() -> None:
+    sc = scenario(deviceConditions={"gpu": [["failed"], ["attached", "ready"]], "ns/x": [["a"]]})
+    assert sc.device_conditions == {
+        "default/gpu": (("failed",), ("attached", "ready")),
+        "ns/x": (("a",),),
+    }
+    for bad in ({"gpu": []}, {"gpu": ["attached"]}, {"gpu": [[""]]}):
+        with pytest.raises(ScenarioError, match=r"deviceConditions\.gpu"):
+            scenario(deviceConditions=bad)
+
+
 def _pod(name: str, uid: str, node: str | None, owner: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": uid}
     if owner is not None:
