@@ -705,6 +705,33 @@ def test_max_is_fast_on_5000_nodes() -> None:
     assert took < 30, took
 
 
+def test_max_with_spread_over_zones_is_fast_on_5000_nodes() -> None:
+    nodes, pods = uneven_cluster(5000)
+    for i, n in enumerate(nodes):
+        n.labels[ZONE] = f"zone-{i % 5}"
+    app, kube = app_with(nodes, pods)
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    dep = deployment(
+        "web", 1, req={"cpu": "500m", "memory": "256Mi"}, topologySpreadConstraints=[spread]
+    )
+    started = time.process_time()
+    r = run(app, kube, docs_of(dep), max_mode=True)
+    took = time.process_time() - started
+    assert r.max is not None and r.max.method == "per-domain"
+    per_zone: dict[str, int] = {}
+    for name, n in r.max.per_node.items():
+        z = f"zone-{int(name.removeprefix('node-')) % 5}"
+        per_zone[z] = per_zone.get(z, 0) + n
+    assert max(per_zone.values()) - min(per_zone.values()) <= 1
+    assert sum(per_zone.values()) == r.max.count > 10000
+    assert took < 30, took
+
+
 def test_max_with_a_daemonset_last_is_refused() -> None:
     app, kube = app_with([node("a").alloc(cpu="1", memory="1Gi", pods="110").record()])
     ds = {
