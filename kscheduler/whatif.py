@@ -170,7 +170,7 @@ class MaxResult:
     seconds: float
     #: the first copy that fits nowhere
     next: Placement | None = None
-    #: per-domain: the rule counted by
+    #: how the count was made beyond the method (the rules counted by)
     basis: str = ""
     #: required affinity to itself, no pod selected yet: the fewest and the most
     #: copies that fit, as the domain the first copy lands in decides
@@ -623,10 +623,13 @@ def _plan(fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str]) ->
         assert spread is not None
         c = spread.constraints[dynamic[0]]
         plan.spread, plan.spread_key = dynamic[0], c.topology_key
-        rules.append(f"DoNotSchedule topology spread over {c.topology_key}, maxSkew {c.max_skew}")
+        rules.append(
+            f"counted over the domains of the DoNotSchedule topology spread over "
+            f"{c.topology_key} (maxSkew {c.max_skew})"
+        )
     if anti_keys:
         (plan.anti_key,) = anti_keys
-        rules.append(f"required anti-affinity to its own copies over {plan.anti_key}")
+        rules.append(f"one copy per domain of its required anti-affinity over {plan.anti_key}")
     plan.basis = " and ".join(rules)
     return plan
 
@@ -917,8 +920,8 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
             plan = _cycles("")
             break
         basis.append(
-            "the first copy placed cycle by cycle (required affinity to itself: it "
-            "chooses the domain)"
+            "the first copy placed cycle by cycle (with required affinity to itself, "
+            "its domain decides the rest)"
         )
         per_node[node] += 1
         count += 1
@@ -1077,7 +1080,7 @@ def render_table(r: WhatIf) -> str:
         out += _wrap(
             f"--max: {m.count} cop{'y' if m.count == 1 else 'ies'} of {m.workload}'s pod fit "
             f"({m.method}, {m.seconds:.2f}s)"
-            + (f"; counted by {m.basis}" if m.basis else "")
+            + (f"; {m.basis}" if m.basis else "")
             + (
                 f"; from {m.span[0]} to {m.span[1]} depending on the domain the first copy lands in"
                 if m.span is not None and m.span[0] != m.span[1]

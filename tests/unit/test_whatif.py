@@ -621,10 +621,14 @@ def test_max_counts_spread_and_anti_affinity_per_domain() -> None:
     # zone b is full at 3: a and c stop at 3 + maxSkew 2 = 5
     assert r.max.count == 13
     assert r.max.per_node == {"a1": 3, "a2": 2, "b1": 3, "c1": 5}
-    assert r.max.basis == f"DoNotSchedule topology spread over {ZONE}, maxSkew 2"
+    assert r.max.basis == (
+        f"counted over the domains of the DoNotSchedule topology spread over {ZONE} (maxSkew 2)"
+    )
     assert r.max.next is not None
     assert "3 node(s) didn't match pod topology spread constraints" in r.max.next.fit_error
-    assert "counted by DoNotSchedule topology spread" in " ".join(render_table(r).split())
+    assert "counted over the domains of the DoNotSchedule topology spread" in " ".join(
+        render_table(r).split()
+    )
 
     anti = deployment(
         "web",
