@@ -13,6 +13,8 @@ Scenario format::
     name: node-resources-fit            # defaults to the file's stem
     description: one line or more
     schedulerConfig: {podInitialBackoffSeconds: 30}  # top-level fields, both schedulers
+    featureGates: {DRAFractionalCapacityRange: true}  # --feature-gates of both schedulers
+                                        # (gates kscheduler implements)
     config:                             # optional profile fragment, both schedulers
       plugins: {score: {disabled: [{name: ImageLocality}]}}
       pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: MostAllocated}}}]
@@ -139,6 +141,7 @@ from kscheduler.controlplane.builders import make_node, make_pod, wait_for_servi
 from kscheduler.controlplane.harness import ControlPlane
 from kscheduler.controlplane.reference import ReferenceScheduler
 from kscheduler.controlplane.rest import JSON, ApiError, RestClient
+from kscheduler.framework import features
 
 REFERENCE: Final = "reference"
 """schedulerName of kube-scheduler's profile in the reference run."""
@@ -304,6 +307,8 @@ class Scenario:
     config: Mapping[str, Any] = field(default_factory=dict)
     scheduler_config: Mapping[str, Any] = field(default_factory=dict)
     """Top-level KubeSchedulerConfiguration fields for both schedulers (backoffs)."""
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    """``--feature-gates`` of both schedulers (names kscheduler implements)."""
     priority_classes: tuple[JSON, ...] = ()
     namespaces: tuple[JSON, ...] = ()
     nodes: tuple[JSON, ...] = ()
@@ -402,8 +407,8 @@ def _keys(text: str) -> frozenset[str]:
 
 _SCENARIO_KEYS = _keys(
     """
-    name description config schedulerConfig priorityClasses namespaces nodes objects existingPods
-    workloads pods
+    name description config schedulerConfig featureGates priorityClasses namespaces nodes objects
+    existingPods workloads pods
     updates expect expectClaims knownDifference schedulerStartsAfterPods settleSeconds
     timeoutSeconds deviceConditions
     """
@@ -474,6 +479,15 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         )
     if "schedulerName" in config:
         raise f.error("config.schedulerName", "set by the runner; leave it out")
+    gates_raw = f.mapping("featureGates")
+    if any(not isinstance(v, bool) for v in gates_raw.values()):
+        raise f.error("featureGates", "expected NAME: true|false")
+    try:
+        feature_gates = features.parse_feature_gates(
+            ",".join(f"{k}={str(v).lower()}" for k, v in gates_raw.items())
+        )
+    except features.FeatureGateError as exc:
+        raise f.error("featureGates", str(exc)) from None
     classes = tuple(
         _priority_class(c, f"priorityClasses[{i}]")
         for i, c in enumerate(f.items("priorityClasses"))
@@ -586,6 +600,7 @@ def parse_scenario(raw: Any, *, path: Path | None = None) -> Scenario:
         path=path,
         config=config,
         scheduler_config=scheduler_config,
+        feature_gates=feature_gates,
         priority_classes=classes,
         namespaces=namespaces,
         nodes=tuple(nodes),
@@ -1457,6 +1472,12 @@ async def running_kscheduler(
             await kube.close()
 
 
+def _feature_gates_args(gates: Mapping[str, bool]) -> list[str]:
+    if not gates:
+        return []
+    return ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in gates.items())]
+
+
 def kscheduler_config(profile: Mapping[str, Any], top: Mapping[str, Any] | None = None) -> str:
     """The KubeSchedulerConfiguration YAML of kscheduler's run: one profile, and the
     top-level fields in top."""
@@ -1623,11 +1644,16 @@ class DiffRunner:
                 scheduler_name=REFERENCE,
                 profile_extra=copy.deepcopy(dict(scenario.config)),
                 config_extra=copy.deepcopy(dict(scenario.scheduler_config)),
+                extra_args=_feature_gates_args(scenario.feature_gates),
             )
             await ref.astart()
             stack.push_async_callback(ref.astop)
             outcome.log_path = ref.process.log_path
         else:
+            if scenario.feature_gates:
+                # in process: the gates are module state, put back when the run ends
+                features.configure(features.gates_from(scenario.feature_gates))
+                stack.callback(features.configure, features.FeatureGates())
             await stack.enter_async_context(
                 running_kscheduler(
                     self.cp, kscheduler_config(scenario.config, scenario.scheduler_config)

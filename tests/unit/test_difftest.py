@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kscheduler import difftest
 from kscheduler.difftest import (
     PodOutcome,
     ReferenceVersionError,
@@ -432,3 +433,16 @@ def test_shares_are_compared_by_form_and_consumed_capacity() -> None:
         assert [d.field for d in check_expectations(sc, other)] == ["shares"]
     assert bad.device_claims["default/gpu"].shares[0].startswith("bad shareID")
     assert unshared.device_claims["default/gpu"].shares == ("unshared memory=10Gi",)
+
+
+def test_feature_gates_are_checked_and_passed_to_the_reference() -> None:
+    sc = scenario(featureGates={"DRAFractionalCapacityRange": True})
+    assert sc.feature_gates == {"DRAFractionalCapacityRange": True}
+    assert difftest._feature_gates_args(sc.feature_gates) == [
+        "--feature-gates=DRAFractionalCapacityRange=true"
+    ]
+    assert difftest._feature_gates_args(scenario().feature_gates) == []
+    with pytest.raises(ScenarioError, match="featureGates: unrecognized feature gate: Bogus"):
+        scenario(featureGates={"Bogus": True})
+    with pytest.raises(ScenarioError, match="featureGates: expected NAME"):
+        scenario(featureGates={"DRAFractionalCapacityRange": "yes"})
