@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from itertools import chain
@@ -1779,3 +1779,123 @@ def extended_resource_requests(
         mappings += long_maps + short_maps
     out.sort(key=lambda r: str(r["name"]))
     return out, mappings
+
+
+_parsed_slices: dict[str, tuple[str, Slice]] = {}
+
+
+def parse_slices(raws: Iterable[Mapping[str, Any]]) -> list[Slice]:
+    """The slices parsed, each (name, resourceVersion) once; gone ones are forgotten."""
+    out: list[Slice] = []
+    seen: set[str] = set()
+    for raw in raws:
+        meta = _d(raw.get("metadata"))
+        name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
+        seen.add(name)
+        hit = _parsed_slices.get(name)
+        if hit is None or hit[0] != rv:
+            hit = _parsed_slices[name] = (rv, Slice.parse(raw))
+        out.append(hit[1])
+    for gone in set(_parsed_slices) - seen:
+        del _parsed_slices[gone]
+    return out
+
+
+class ExtendedResourceDevices:
+    """The devices backing extended resources on a node, as kube-scheduler's
+    resource scorers (NodeResourcesFit, NodeResourcesBalancedAllocation) count them
+    for a resource a node does not advertise: every device of every slice reaching
+    the node (all generations, as upstream lists them) that the backing class's CEL
+    selectors accept is allocatable, and those allocated to claims are in use.
+    Counts are kept per (resource, node) for the cycle."""
+
+    def __init__(
+        self, classes: Mapping[str, Mapping[str, Any]], slices: list[Slice], taken: set[DeviceID]
+    ) -> None:
+        self.classes = classes
+        self.slices = slices
+        self.taken = taken
+        self._totals: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def totals(self, resource: str, node_name: str, labels: Mapping[str, str]) -> tuple[int, int]:
+        """(devices, devices in use) for the resource on the node; (0, 0) when no class
+        backs it, or when a node selector or a selector cannot be evaluated."""
+        key = (resource, node_name)
+        hit = self._totals.get(key)
+        if hit is None:
+            try:
+                hit = self._count(resource, node_name, labels)
+            except (AllocationError, CelCompileError, CelRuntimeError, SelectorError):
+                hit = (0, 0)
+            self._totals[key] = hit
+        return hit
+
+    def _count(self, resource: str, node_name: str, labels: Mapping[str, str]) -> tuple[int, int]:
+        cls = self.classes.get(resource)
+        if cls is None:
+            return 0, 0
+        expressions = [
+            str(_d(_d(sel).get("cel")).get("expression") or "")
+            for sel in _l(_d(cls.get("spec")).get("selectors"))
+            if _d(sel).get("cel") is not None
+        ]
+        total = used = 0
+        for s in self.slices:
+            if s.per_device_node_selection:
+                devices: Iterable[Device] = [
+                    d
+                    for d in s.devices
+                    if d.node is not None and d.node.matches(d.name, s.name, node_name, labels)
+                ]
+            elif not s.all_nodes and s.node_name != node_name and s.node_selector_raw is not None:
+                if s.node_selector is None:
+                    raise SelectorError(s.node_selector_error)
+                if not s.node_selector.matches(labels, node_name):
+                    continue
+                devices = s.devices
+            elif not s.all_nodes and s.node_name and s.node_name != node_name:
+                continue
+            else:
+                devices = s.devices
+            for dev in devices:
+                if not self._matches(dev, s.driver, expressions):
+                    continue
+                total += 1
+                if DeviceID(s.driver, s.pool, dev.name) in self.taken:
+                    used += 1
+        return total, used
+
+    @staticmethod
+    def _matches(dev: Device, driver: str, expressions: Sequence[str]) -> bool:
+        for expr in expressions:
+            res = dev.cel_results.get(expr)
+            if res is None:
+                try:
+                    res = compile_selector(expr).matches(dev.cel_input(driver))
+                except CelRuntimeError as exc:
+                    res = str(exc)
+                dev.cel_results[expr] = res
+            if isinstance(res, str):
+                raise CelRuntimeError(res)
+            if not res:
+                return False
+        return True
+
+
+def extended_resource_devices(
+    names: Iterable[str], list_kind: Callable[[str], Iterable[Mapping[str, Any]]]
+) -> ExtendedResourceDevices | None:
+    """For scoring ``names``: the device counts of the classes backing those of them a
+    DeviceClass backs, or None when none is (``list_kind`` lists the informer's
+    objects of a kind: deviceclasses, resourceslices, resourceclaims)."""
+    candidates = [n for n in names if is_dra_extended_resource_name(n)]
+    if not candidates:
+        return None
+    classes = extended_resource_classes(list_kind("deviceclasses"))
+    if not any(n in classes for n in candidates):
+        return None
+    return ExtendedResourceDevices(
+        classes,
+        parse_slices(list_kind("resourceslices")),
+        allocated_devices(list_kind("resourceclaims")),
+    )

@@ -10,7 +10,9 @@ the node's balance as it is, so a pod that evens a node out scores above 75 and
 one that unbalances it below. A resource with no allocatable, or an extended
 resource the pod does not request, is left out. Pods requesting none of the
 resources are not scored (PreScore returns Skip), so best-effort pods do not
-pile up on one node.
+pile up on one node. An extended resource backed by a DeviceClass
+(DRAExtendedResource) on a node that does not advertise it counts the class's
+devices there as allocatable and those allocated to claims as requested.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ from kscheduler.framework import (
     signing,
 )
 from kscheduler.framework.args import ConfigError, Fields
+from kscheduler.framework.dra import ExtendedResourceDevices, extended_resource_devices
 from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeResourcesBalancedAllocation"
 PRE_SCORE_KEY = "PreScore" + NAME
+#: The devices backing the scored extended resources (None: no class backs one).
+PRE_SCORE_DRA_KEY = "PreScore" + NAME + "DRA"
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -108,7 +113,9 @@ def change_score(with_pod: int, without_pod: int) -> int:
     return half + step
 
 
-def _allocatable_and_requested(node_info: NodeInfo, name: str, pod_request: int) -> tuple[int, int]:
+def _allocatable_and_requested(
+    node_info: NodeInfo, name: str, pod_request: int, dra: ExtendedResourceDevices | None = None
+) -> tuple[int, int]:
     alloc = node_info.allocatable
     used = node_info.requested
     if name == CPU:
@@ -120,6 +127,11 @@ def _allocatable_and_requested(node_info: NodeInfo, name: str, pod_request: int)
     if not _is_scalar_resource(name) or pod_request == 0:
         return 0, 0
     have = alloc.scalar.get(name)
+    if not have and dra is not None:  # devices of the class backing it (DRAExtendedResource)
+        node = node_info.node
+        devices, in_use = dra.totals(name, node_info.name, node.labels if node else {})
+        if devices > 0:
+            return devices, in_use + pod_request
     if have is None:
         return 0, 0
     return have, used.scalar.get(name, 0) + pod_request
@@ -151,9 +163,11 @@ def balanced_score(requested: Sequence[int], allocatable: Sequence[int]) -> int:
 
 class NodeResourcesBalancedAllocation:
     name = NAME
+    required_kinds = ("deviceclasses", "resourceslices", "resourceclaims")
 
-    def __init__(self, args: BalancedAllocationArgs) -> None:
+    def __init__(self, args: BalancedAllocationArgs, handle: Handle | None = None) -> None:
         self.args = args
+        self.handle = handle
         self._names = tuple(r.name for r in args.resources)
 
     def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
@@ -164,7 +178,9 @@ class NodeResourcesBalancedAllocation:
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> NodeResourcesBalancedAllocation:
-        return cls(args if isinstance(args, BalancedAllocationArgs) else BalancedAllocationArgs())
+        return cls(
+            args if isinstance(args, BalancedAllocationArgs) else BalancedAllocationArgs(), handle
+        )
 
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
@@ -174,7 +190,13 @@ class NodeResourcesBalancedAllocation:
         if not any(requests):
             return Status.skip()
         state.write(PRE_SCORE_KEY, requests)
+        state.write(PRE_SCORE_DRA_KEY, self._dra_devices())
         return None
+
+    def _dra_devices(self) -> ExtendedResourceDevices | None:
+        if self.handle is None:
+            return None
+        return extended_resource_devices(self._names, self.handle.objects.list)
 
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo
@@ -185,12 +207,15 @@ class NodeResourcesBalancedAllocation:
             requests = pod_requests(pod, self._names)
             if not any(requests):
                 return 0, None
+            dra = self._dra_devices()
+        else:
+            dra = state.get(PRE_SCORE_DRA_KEY)
         n = len(self._names)
         requested = [0] * n
         allocated = [0] * n
         allocatable = [0] * n
         for i, name in enumerate(self._names):
-            alloc, req = _allocatable_and_requested(node_info, name, requests[i])
+            alloc, req = _allocatable_and_requested(node_info, name, requests[i], dra)
             if alloc == 0:
                 continue
             allocatable[i] = alloc

@@ -15,7 +15,10 @@ Extended resources backed by DRA (DRAExtendedResource): a resource the pod reque
 that a DeviceClass backs (its ``extendedResourceName``, or
 ``deviceclass.resource.kubernetes.io/<class>``) is not checked on a node that does
 not advertise it in allocatable: DynamicResources allocates devices for it there.
-Pods requesting such a resource have no signature (OpportunisticBatching).
+Pods requesting such a resource have no signature (OpportunisticBatching). When
+such a resource is one of the scored resources, a node that does not advertise it
+is scored with the class's devices there as its allocatable and those allocated
+to claims as requested.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ from kscheduler.framework import (
 from kscheduler.framework.args import ConfigError, Fields
 from kscheduler.framework.dra import (
     DEVICE_CLASS_RESOURCE_PREFIX,
+    ExtendedResourceDevices,
     extended_resource_classes,
+    extended_resource_devices,
     is_dra_extended_resource_name,
 )
 from kscheduler.framework.helpers import filter_rejections
@@ -69,6 +74,8 @@ PRE_FILTER_DRA_KEY = "PreFilter" + NAME + "DRA"
 DEVICE_CLASSES = "deviceclasses"
 MSG_SIGNATURE_DRA = "signature disabled when dra extended resources are used in the cluster"
 PRE_SCORE_KEY = "PreScore" + NAME
+#: The devices backing the scored extended resources (None: no class backs one).
+PRE_SCORE_DRA_KEY = "PreScore" + NAME + "DRA"
 
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
@@ -428,8 +435,15 @@ def pod_score_requests(pod: PodInfo, names: Sequence[str]) -> list[int]:
     return out
 
 
-def allocatable_and_requested(node_info: NodeInfo, name: str, pod_request: int) -> tuple[int, int]:
-    """(allocatable, requested including the pod) for one scored resource; (0, 0) drops it."""
+def allocatable_and_requested(
+    node_info: NodeInfo,
+    name: str,
+    pod_request: int,
+    dra: ExtendedResourceDevices | None = None,
+) -> tuple[int, int]:
+    """(allocatable, requested including the pod) for one scored resource; (0, 0) drops it.
+    An extended resource the node does not advertise counts the devices of the class
+    backing it there (``dra``), when there are some."""
     alloc = node_info.allocatable
     if name == CPU:
         return alloc.milli_cpu, node_info.non_zero_cpu + pod_request
@@ -440,6 +454,11 @@ def allocatable_and_requested(node_info: NodeInfo, name: str, pod_request: int) 
     if not is_scalar_resource(name) or pod_request == 0:
         return 0, 0
     have = alloc.scalar.get(name)
+    if not have and dra is not None:
+        node = node_info.node
+        devices, in_use = dra.totals(name, node_info.name, node.labels if node else {})
+        if devices > 0:
+            return devices, in_use + pod_request
     if have is None:
         return 0, 0
     return have, node_info.requested.scalar.get(name, 0) + pod_request
@@ -469,7 +488,7 @@ def dra_backed_resources(
 
 class NodeResourcesFit:
     name = NAME
-    required_kinds = (DEVICE_CLASSES,)
+    required_kinds = (DEVICE_CLASSES, "resourceslices", "resourceclaims")
 
     def __init__(self, args: NodeResourcesFitArgs, handle: Handle | None = None) -> None:
         self.args = args
@@ -624,9 +643,16 @@ class NodeResourcesFit:
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> Status | None:
-        """Success: records the pod's request per scored resource."""
+        """Success: records the pod's request per scored resource (and the devices
+        backing the scored extended resources)."""
         state.write(PRE_SCORE_KEY, pod_score_requests(pod, self._names))
+        state.write(PRE_SCORE_DRA_KEY, self._dra_devices())
         return None
+
+    def _dra_devices(self) -> ExtendedResourceDevices | None:
+        if self.handle is None:
+            return None
+        return extended_resource_devices(self._names, self.handle.objects.list)
 
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo
@@ -635,10 +661,13 @@ class NodeResourcesFit:
         pod_requests = state.get(PRE_SCORE_KEY)
         if pod_requests is None:
             pod_requests = pod_score_requests(pod, self._names)
+            dra = self._dra_devices()
+        else:
+            dra = state.get(PRE_SCORE_DRA_KEY)
         requested = [0] * len(self._names)
         allocatable = [0] * len(self._names)
         for i, name in enumerate(self._names):
-            alloc, req = allocatable_and_requested(node_info, name, pod_requests[i])
+            alloc, req = allocatable_and_requested(node_info, name, pod_requests[i], dra)
             if alloc == 0:
                 continue
             allocatable[i] = alloc

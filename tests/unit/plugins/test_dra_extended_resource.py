@@ -11,9 +11,12 @@ from kscheduler.framework import ActionType, Code, CycleState, EventResource, No
 from kscheduler.framework import QueueingHint as QH
 from kscheduler.framework.dra import (
     extended_resource_classes,
+    extended_resource_devices,
     extended_resource_requests,
     is_dra_extended_resource_name,
 )
+from kscheduler.plugins import balanced_allocation, node_resources_fit
+from kscheduler.plugins.balanced_allocation import NodeResourcesBalancedAllocation
 from kscheduler.plugins.dynamic_resources import (
     EXTENDED_CLAIM_NAME,
     MSG_DELETED,
@@ -395,3 +398,92 @@ def test_hints_cover_pods_with_backed_extended_resources() -> None:
     assert slices.hint is not None
     assert slices.hint(p, None, _slice("n1", 1)) is QH.QUEUE
     assert slices.hint(pod("cpu-only").req(cpu="1").build(), None, _slice("n1", 1)) is QH.SKIP
+
+
+# ---- scoring ---------------------------------------------------------------------------------
+
+
+def _scoring_objects() -> FakeObjects:
+    selected = _slice("sel", 2)
+    del selected["spec"]["nodeName"]
+    selected["spec"]["nodeSelector"] = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["yes"]}]}
+        ]
+    }
+    other_driver = _slice("n1", 3)
+    other_driver["metadata"]["name"] = "n1-other"
+    other_driver["spec"]["driver"] = "other.example.com"
+    claim = {
+        "metadata": {"namespace": "default", "name": "c", "uid": "c"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "r", "driver": DRIVER, "pool": "n1", "device": "gpu-0"},
+                        {"request": "r", "driver": DRIVER, "pool": "n1", "device": "gpu-1"},
+                    ]
+                }
+            }
+        },
+    }
+    per_device = _slice("per-device", 0)
+    del per_device["spec"]["nodeName"]
+    per_device["spec"]["perDeviceNodeSelection"] = True
+    per_device["spec"]["devices"] = [
+        {"name": "a", "nodeName": "n4"},
+        {"name": "b", "allNodes": True},
+        {"name": "c", "nodeName": "n5"},
+    ]
+    return FakeObjects(
+        {
+            "deviceclasses": [_class("gpu", GPU)],
+            "resourceslices": [_slice("n1", 4), other_driver, selected, per_device],
+            "resourceclaims": [claim],
+        }
+    )
+
+
+def test_devices_of_the_class_on_a_node_count_as_its_allocatable() -> None:
+    devices = extended_resource_devices([GPU, "cpu"], _scoring_objects().list)
+    assert devices is not None
+    # n1: its own four (two allocated) and the device for all nodes; the other
+    # driver's do not match the class
+    assert devices.totals(GPU, "n1", {}) == (5, 2)
+    # the selector slice reaches labelled nodes only
+    assert devices.totals(GPU, "n3", {"gpu": "yes"}) == (3, 0)
+    # per-device node selection: its own device and the one for all nodes
+    assert devices.totals(GPU, "n4", {}) == (2, 0)
+    assert devices.totals("example.com/none", "n1", {}) == (0, 0)
+    assert extended_resource_devices(["cpu", "memory"], _scoring_objects().list) is None
+    assert extended_resource_devices(["example.com/none"], _scoring_objects().list) is None
+
+
+def test_fit_and_balanced_allocation_score_the_devices() -> None:
+    objects = _scoring_objects()
+    fit = NodeResourcesFit(
+        node_resources_fit.parse_args(
+            {"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": GPU}]}}
+        ),
+        _Handle(objects),  # type: ignore[arg-type]
+    )
+    p = pod("p").container({GPU: "1"}).build()
+    n1 = node("n1").alloc(cpu="4", pods=10).build()
+    n2 = node("n2").alloc(cpu="4", pods=10).build()
+    dp = node("dp").alloc(cpu="4", pods=10, **{GPU: "10"}).build()
+    state = CycleState()
+    assert fit.pre_score(state, p, [n1, n2, dp]) is None
+    assert fit.score(state, p, n1)[0] == 60  # (2 + 1) / 5
+    assert fit.score(state, p, n2)[0] == 100  # only the device for all nodes: 1 / 1
+
+    assert fit.score(state, p, dp)[0] == 10  # the device plugin's allocatable
+    assert fit.score(CycleState(), p, n1)[0] == 60  # without PreScore
+    balanced = NodeResourcesBalancedAllocation(
+        balanced_allocation.parse_args({"resources": [{"name": "cpu"}, {"name": GPU}]}),
+        _Handle(objects),  # type: ignore[arg-type]
+    )
+    q = pod("q").container({"cpu": "2", GPU: "1"}).build()
+    state = CycleState()
+    assert balanced.pre_score(state, q, [n1]) is None
+    # with q: cpu 2/4, gpu 3/5: std 0.05; without: 0 and 2/5: std 0.2
+    assert balanced.score(state, q, n1)[0] == 50 + (50 + 95 - 80) // 2
