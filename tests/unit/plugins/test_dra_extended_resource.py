@@ -487,3 +487,52 @@ def test_fit_and_balanced_allocation_score_the_devices() -> None:
     assert balanced.pre_score(state, q, [n1]) is None
     # with q: cpu 2/4, gpu 3/5: std 0.05; without: 0 and 2/5: std 0.2
     assert balanced.score(state, q, n1)[0] == 50 + (50 + 95 - 80) // 2
+
+
+def _pod_spec(*containers: tuple[str, str, dict[str, str]]) -> dict[str, Any]:
+    """("init" | "sidecar" | "main", name, requests) in order within each list."""
+    spec: dict[str, Any] = {"containers": [], "initContainers": []}
+    for kind, name, requests in containers:
+        c: dict[str, Any] = {"name": name, "resources": {"requests": requests}}
+        if kind == "sidecar":
+            c["restartPolicy"] = "Always"
+        spec["containers" if kind == "main" else "initContainers"].append(c)
+    return spec
+
+
+def test_mappings_with_init_containers_and_a_sidecar() -> None:
+    init = "example.com/gpuinit"
+    classes = {GPU: _class("gpu"), init: _class("gpuinit")}
+    cases = [
+        (  # two init containers: both map to the larger one's request
+            _pod_spec(
+                ("main", "con0", {GPU: "1"}),
+                ("init", "init-con0", {init: "1"}),
+                ("init", "init-con1", {init: "2"}),
+            ),
+            [
+                ("container-1-request-0", "init-con0", init),
+                ("container-1-request-0", "init-con1", init),
+                ("container-2-request-0", "con0", GPU),
+            ],
+        ),
+        (  # an init container before a sidecar reuses the sidecar's device
+            _pod_spec(
+                ("main", "con0", {GPU: "1"}),
+                ("init", "init-con0", {init: "1"}),
+                ("sidecar", "sidecar-con1", {init: "1"}),
+                ("init", "init-con2", {init: "2"}),
+            ),
+            [
+                ("container-1-request-0", "init-con0", init),
+                ("container-1-request-0", "sidecar-con1", init),
+                ("container-2-request-0", "init-con2", init),
+                ("container-3-request-0", "con0", GPU),
+            ],
+        ),
+    ]
+    for spec, want in cases:
+        reqs, maps = extended_resource_requests(spec, [GPU, init], classes)
+        got = sorted((m["requestName"], m["containerName"], m["resourceName"]) for m in maps)
+        assert got == want
+        assert sorted({m["requestName"] for m in maps}) == [r["name"] for r in reqs]
