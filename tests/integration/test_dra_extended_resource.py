@@ -19,7 +19,7 @@ from typing import Any
 from kscheduler.controlplane.builders import create_nodes, make_node, make_pod
 from kscheduler.controlplane.harness import ControlPlane
 from kscheduler.controlplane.reference import ReferenceScheduler
-from kscheduler.controlplane.rest import RestClient
+from kscheduler.controlplane.rest import ApiError, RestClient
 from tests.integration.runner import SCHEDULER, running_kscheduler, wait_for
 
 API = "/apis/resource.k8s.io/v1"
@@ -54,11 +54,10 @@ def _class(name: str, driver: str, resource: str) -> dict[str, Any]:
 
 
 def _pod(name: str, ns: str, scheduler: str, requests: dict[str, str]) -> dict[str, Any]:
-    containers = [
-        {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": requests}}
-    ]
     # extended resources need limits equal to requests
-    containers[0]["resources"]["limits"] = {k: v for k, v in requests.items() if "/" in k}
+    limits = {k: v for k, v in requests.items() if "/" in k}
+    resources = {"requests": requests, "limits": limits}
+    containers = [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}]
     return make_pod(name, ns, scheduler_name=scheduler, containers=containers)
 
 
@@ -180,6 +179,111 @@ async def test_extended_resource_devices_as_kube_scheduler(
                 }
             ]
         )
+    finally:
+        for path in reversed(created):
+            with contextlib.suppress(Exception):
+                await rest.delete(path)
+
+
+async def test_claim_left_from_an_earlier_attempt_is_deleted_then_the_pod_scheduled(
+    control_plane: ControlPlane, rest: RestClient, namespace: str, fresh_nodes: None
+) -> None:
+    """A pod's allocated extended-resource claim from an earlier attempt (as a failed
+    binding leaves it): each scheduler deletes it (its finalizer removed first), which
+    frees its device and queues the pod, then makes a new claim."""
+    tag = uuid.uuid4().hex[:6]
+    sides = {REFERENCE: f"ref-{tag}.example.com", SCHEDULER: f"ks-{tag}.example.com"}
+    created: list[str] = []
+    await create_nodes(rest, [make_node("dra-1")])
+    ref = ReferenceScheduler.for_control_plane(control_plane, scheduler_name=REFERENCE)
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    claims_path = f"{API}/namespaces/{namespace}/resourceclaims"
+    try:
+        stale: dict[str, str] = {}
+        for who, driver in sides.items():
+            for obj, path in (
+                (_class(f"gpu-{driver}", driver, f"{driver}/gpu"), f"{API}/deviceclasses"),
+                (_slice(f"dra-1-{driver}", driver, "dra-1"), f"{API}/resourceslices"),
+            ):
+                await rest.post(path, obj)
+                created.append(f"{path}/{obj['metadata']['name']}")
+            pod = _pod(f"{who}-s", namespace, who, {f"{driver}/gpu": "4"})
+            pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+            pod = await rest.post(pods, pod)
+            claim = await rest.post(
+                claims_path,
+                {
+                    "metadata": {
+                        "generateName": f"{who}-s-extended-resources-",
+                        "annotations": {ANNOTATION: "true"},
+                        "finalizers": ["resource.kubernetes.io/delete-protection"],
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Pod",
+                                "name": pod["metadata"]["name"],
+                                "uid": pod["metadata"]["uid"],
+                                "controller": True,
+                            }
+                        ],
+                    },
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "container-0-request-0",
+                                    "exactly": {"deviceClassName": f"gpu-{driver}", "count": 1},
+                                }
+                            ]
+                        }
+                    },
+                },
+            )
+            claim["status"] = {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "container-0-request-0",
+                                "driver": driver,
+                                "pool": "dra-1",
+                                "device": "gpu-3",
+                            }
+                        ]
+                    }
+                }
+            }
+            claim = await rest.put(f"{claims_path}/{claim['metadata']['name']}/status", claim)
+            stale[who] = claim["metadata"]["name"]
+        async with ref, running_kscheduler(control_plane):
+            for who in sides:
+                await rest.patch(f"{pods}/{who}-s", {"spec": {"schedulingGates": None}})
+            got = {
+                who: await rest.wait_for(
+                    f"{pods}/{who}-s",
+                    lambda p: (
+                        p["spec"].get("nodeName")
+                        and (p.get("status") or {}).get("extendedResourceClaimStatus")
+                    ),
+                    within=60,
+                )
+                for who in sides
+            }
+        for who, name in stale.items():
+            try:
+                await rest.get(f"{claims_path}/{name}")
+            except ApiError as exc:
+                assert exc.status == 404
+            else:
+                raise AssertionError(f"{who}: the claim {name} of the earlier attempt is left")
+        devices = {}
+        for who, pod in got.items():
+            name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+            assert name != stale[who]
+            devices[who] = _devices(await rest.get(f"{claims_path}/{name}"))
+        # all four devices: only possible once the earlier claim's gpu-3 is freed
+        assert devices[SCHEDULER] == devices[REFERENCE]
+        assert [d for _, _, d in devices[SCHEDULER]] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
     finally:
         for path in reversed(created):
             with contextlib.suppress(Exception):
