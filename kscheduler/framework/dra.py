@@ -394,6 +394,10 @@ class Device:
     raw: dict[str, Any]
     #: the device's own node selection (set in a slice with perDeviceNodeSelection)
     node: DeviceNode | None = None
+    #: whether every request checks the device's capacities (a shared device, or a
+    #: negative capacity, which upstream's check turns into an error); the others are
+    #: checked only by requests with ``capacity.requests``
+    capacity_check: bool = False
     binding_failure_conditions: tuple[str, ...] = ()
     #: ``bindsToNode``: an allocation with this device is limited to the node
     binds_to_node: bool = False
@@ -497,6 +501,11 @@ class Slice:
                     allow_multiple_allocations=bool(d.get("allowMultipleAllocations")),
                     raw=d,
                     node=DeviceNode.parse(d) if per_device else None,
+                    capacity_check=bool(d.get("allowMultipleAllocations"))
+                    or any(
+                        str(_d(c).get("value", "")).lstrip().startswith("-")
+                        for c in _d(d.get("capacity")).values()
+                    ),
                 )
             )
         return cls(
@@ -1058,7 +1067,7 @@ class _Run:
                             continue
                         # the device's capacity alone (what is taken counts later)
                         if (
-                            rd.capacity is not None or dev.allow_multiple_allocations
+                            rd.capacity is not None or dev.capacity_check
                         ) and not self._capacity_fits(
                             ci, rd, dev, did, "checking", static=True, shown=dev.name
                         ):
@@ -1140,7 +1149,7 @@ class _Run:
                         continue
                     if (
                         rd.capacity is not None
-                        or dev.allow_multiple_allocations
+                        or dev.capacity_check
                         or (bool(self.a.shared) and did in self.a.shared)
                     ) and not self._capacity_fits(ci, rd, dev, did, "checking"):
                         continue
@@ -1280,7 +1289,7 @@ class _Run:
             added.append(c)
         if (
             must
-            and (rd.capacity is not None or multi or did in self.a.shared)
+            and (rd.capacity is not None or dev.capacity_check or did in self.a.shared)
             and not self._capacity_fits(ci, rd, dev, did, "rechecking")
         ):
             for a in reversed(added):

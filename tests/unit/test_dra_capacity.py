@@ -416,3 +416,9 @@ def test_allocated_and_in_flight_shares_count_for_the_next_pod() -> None:
     pl.unreserve(state, _pod_with("first"), "n1")
     _, st = attempt("too-big")  # the in-flight share dropped
     assert st is None
+
+
+def test_a_negative_capacity_is_an_error_for_any_request() -> None:
+    d = {"name": "a", "capacity": {"memory": {"value": "-1Gi"}}}
+    with pytest.raises(AllocationError, match='capacity "memory": capacity value is negative'):
+        one([slice_("s", [d])], claim(req()))
