@@ -150,6 +150,8 @@ MSG_EXTENDED_CANNOT_FIT = "cannot fit resource"
 #: The in-memory name of the pod's claim for extended resources until PreBind
 #: creates it (not a valid object name, so it names no real claim).
 EXTENDED_CLAIM_NAME = "<extended-resources>"
+#: What explain shows in place of the pod's claim name for that claim.
+EXTENDED_POD_CLAIM = "(extended resources)"
 #: How long PreBind waits for the informer to show a claim it created.
 EXTENDED_CLAIM_WAIT = 120.0
 #: PreBind polls the claims for their binding conditions this often (upstream's 5s).
@@ -738,7 +740,9 @@ class DynamicResources:
             if _is_extended_claim_of(claim, pod):
                 meta = _meta(claim)
                 current = self._claim(pod.namespace, str(meta.get("name", "")))
-                return _ClaimInfo("", current if current is not None else claim, extended=True)
+                return _ClaimInfo(
+                    EXTENDED_POD_CLAIM, current if current is not None else claim, extended=True
+                )
         fresh: dict[str, Any] = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
@@ -761,7 +765,7 @@ class DynamicResources:
             },
             "spec": {},
         }
-        return _ClaimInfo("", fresh, extended=True)
+        return _ClaimInfo(EXTENDED_POD_CLAIM, fresh, extended=True)
 
     def _filter_extended(
         self, s: _State, info: _ClaimInfo, pod: PodInfo, node_info: NodeInfo
@@ -803,15 +807,18 @@ class DynamicResources:
         s = state.get(STATE_KEY)
         if not isinstance(s, _State) or not s.has_claims:
             return None
+        node = node_info.node
+        labels = node.labels if node is not None else {}
         extended = s.extended
         if extended is not None:
             st = self._filter_extended(s, extended, pod, node_info)
-            if st is not None:
+            # rejected, or nothing left to do: the node's allocatable serves the
+            # extended resources and the pod has no claims of its own
+            served = node_info.name not in s.node_extended and not s.has_user_claims
+            if st is not None or served:
+                if state.record:
+                    self._record(state, s, node_info.name, labels, [], [], st)
                 return st
-            if node_info.name not in s.node_extended and not s.has_user_claims:
-                return None  # the node's allocatable serves the extended resources
-        node = node_info.node
-        labels = node.labels if node is not None else {}
         unavailable = []
         for i, info in enumerate(s.claims):
             if info.available_on is not None and not info.available_on.matches(
@@ -893,7 +900,11 @@ class DynamicResources:
             claim = info.claim
             if info.extended and not info.allocated:
                 if node_extended is None:
-                    entry.reason = "the node's allocatable serves the pod's extended resources"
+                    entry.reason = (
+                        failure.message
+                        if failure is not None and failure.message != MSG_CANNOT_ALLOCATE
+                        else "the node's allocatable serves the pod's extended resources"
+                    )
                     continue
                 claim = node_extended[0]
             if info.allocated:

@@ -10,6 +10,7 @@ from typing import Any
 from kscheduler.framework import ActionType, Code, CycleState, EventResource, NodeToStatus
 from kscheduler.framework import QueueingHint as QH
 from kscheduler.framework.dra import (
+    DEVICE_REPORT_KEY,
     extended_resource_classes,
     extended_resource_devices,
     extended_resource_requests,
@@ -19,6 +20,7 @@ from kscheduler.plugins import balanced_allocation, node_resources_fit
 from kscheduler.plugins.balanced_allocation import NodeResourcesBalancedAllocation
 from kscheduler.plugins.dynamic_resources import (
     EXTENDED_CLAIM_NAME,
+    EXTENDED_POD_CLAIM,
     MSG_DELETED,
     MSG_EXTENDED_CANNOT_FIT,
     MSG_EXTENDED_STALE,
@@ -335,10 +337,13 @@ def test_unbacked_resource_missing_on_the_node_cannot_fit() -> None:
     p = pod("p").container({GPU: "1", "example.com/fpga": "1"}).build()
     n2 = node("n2").alloc(cpu="4", pods=10).build()
     state = CycleState()
+    state.record = True
     pl.pre_filter(state, p, [n2])
     st = pl.filter(state, p, n2)
     assert st is not None
     assert (st.code, st.message) == (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, MSG_EXTENDED_CANNOT_FIT)
+    [entry] = state.get(DEVICE_REPORT_KEY)["n2"]  # explain says why
+    assert entry.reason == MSG_EXTENDED_CANNOT_FIT
 
 
 def test_claim_left_from_an_earlier_attempt_is_deleted_in_postfilter() -> None:
@@ -536,3 +541,26 @@ def test_mappings_with_init_containers_and_a_sidecar() -> None:
         got = sorted((m["requestName"], m["containerName"], m["resourceName"]) for m in maps)
         assert got == want
         assert sorted({m["requestName"] for m in maps}) == [r["name"] for r in reqs]
+
+
+def test_explain_reports_the_extended_claim_per_node() -> None:
+    pl = DynamicResources(_Handle(_objects()))  # type: ignore[arg-type]
+    p = _gpu_pod("3")
+    n1 = node("n1").alloc(cpu="4", pods=10).build()
+    n2 = node("n2").alloc(cpu="4", pods=10).build()
+    dp = node("dp").alloc(cpu="4", pods=10, **{GPU: "8"}).build()
+    state = CycleState()
+    state.record = True
+    pl.pre_filter(state, p, [n1, n2, dp])
+    for ni in (n1, n2, dp):
+        pl.filter(state, p, ni)
+    report = state.get(DEVICE_REPORT_KEY)
+    [on_n2] = report["n2"]
+    assert (on_n2.claim, on_n2.pod_claim) == ("default/<extended-resources>", EXTENDED_POD_CLAIM)
+    assert on_n2.devices == [f"container-0-request-1: {DRIVER}/n2/gpu-{i}" for i in range(3)]
+    [on_n1] = report["n1"]
+    assert on_n1.reason == (
+        "no free devices on the node satisfy its requests, selectors and constraints"
+    )
+    [on_dp] = report["dp"]
+    assert on_dp.reason == "the node's allocatable serves the pod's extended resources"
