@@ -633,6 +633,39 @@ class DynamicResources:
             _add_shares(shared, shared_capacity(in_flight))
         return taken, shared
 
+    def _allocated_to_another_claim(
+        self, uid: str, allocation: Mapping[str, Any]
+    ) -> tuple[DeviceID, str] | None:
+        """A device of ``allocation`` that the informer now shows allocated to another
+        claim, and that claim ("ns/name"); None when there is none.
+
+        Not in upstream: the last check before PreBind writes an allocation. Another
+        scheduler (kube-scheduler beside kscheduler) may have allocated the device
+        since Filter; writing it too would give one device to two claims
+        (kubernetes#128980). This narrows that window to the time the other
+        scheduler's write takes to reach the informer; it does not close it."""
+        assert self.handle is not None
+        mine = allocated_devices(({"status": {"allocation": allocation}},))
+        if not mine:
+            return None
+        for claim in self.handle.objects.list(CLAIMS):
+            meta = _meta(claim)
+            other = str(meta.get("uid", ""))
+            if other == uid:
+                continue
+            assumed = self._assumed.get(other)
+            if assumed is not None and _rv(assumed) > _rv(claim):
+                claim = assumed
+            hit = self._claim_devices.get(other)
+            if hit is not None and hit[0] == str(_meta(claim).get("resourceVersion", "")):
+                devices: frozenset[DeviceID] | set[DeviceID] = hit[1]
+            else:
+                devices = allocated_devices((claim,))
+            both = mine & devices
+            if both:
+                return min(both), f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        return None
+
     # ---- PreEnqueue --------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status | None:
         if not pod.spec.get("resourceClaims"):
@@ -1299,6 +1332,12 @@ class DynamicResources:
                     if _d(claim.get("status")).get("allocation"):
                         raise ClaimError(
                             f"claim {ns}/{name} got allocated elsewhere in the meantime"
+                        )
+                    taken_by = self._allocated_to_another_claim(info.uid, allocation)
+                    if taken_by is not None:
+                        raise ClaimError(
+                            f"device {taken_by[0]} for claim {ns}/{name} got allocated to claim "
+                            f"{taken_by[1]} in the meantime"
                         )
                     finalizers = _l(_meta(claim).get("finalizers"))
                     if FINALIZER not in finalizers:

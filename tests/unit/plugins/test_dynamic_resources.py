@@ -554,3 +554,72 @@ def test_filter_honours_device_taint_rules() -> None:
         assert (st.code if st else None) == want
         if st is not None:
             assert st.message == "cannot allocate all claims"
+
+
+# ---- a device allocated by another scheduler since Filter ------------------------------------
+async def test_pre_bind_refuses_a_device_another_claim_got_meanwhile() -> None:
+    driver = "gpu.example.com"
+    ni = node("n1").alloc(cpu="4", pods=110).build()
+    mine = {
+        "metadata": {"namespace": "default", "name": "my-gpu", "uid": "c1", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
+    }
+    objects = FakeObjects(
+        {
+            "resourceslices": [
+                {
+                    "metadata": {"name": "n1-gpu", "uid": "s1", "resourceVersion": "1"},
+                    "spec": {
+                        "driver": driver,
+                        "nodeName": "n1",
+                        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                        "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
+                    },
+                }
+            ],
+            "deviceclasses": [{"metadata": {"name": "gpu"}, "spec": {}}],
+            "resourceclaims": [mine],
+        }
+    )
+    handle = _BindingHandle(objects)
+    pl = DynamicResources(handle)  # type: ignore[arg-type]
+    p = with_claims()
+    state = CycleState()
+    assert pl.pre_filter(state, p, [ni]) == (None, None)
+    assert pl.filter(state, p, ni) is None
+    assert pl.reserve(state, p, "n1") is None
+    # another scheduler writes gpu-0 (the device picked in Filter) into its own claim
+    objects.objects["resourceclaims"].append(
+        {
+            "metadata": {
+                "namespace": "other",
+                "name": "theirs",
+                "uid": "c2",
+                "resourceVersion": "2",
+            },
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": "r", "driver": driver, "pool": "n1", "device": "gpu-0"}
+                        ]
+                    }
+                }
+            },
+        }
+    )
+    st = await pl.pre_bind(state, p, "n1")
+    assert st is not None
+    assert (st.code, st.message) == (
+        Code.ERROR,
+        "device gpu.example.com/n1/gpu-0 for claim default/my-gpu got allocated to claim "
+        "other/theirs in the meantime",
+    )
+    assert handle.client.requests == []  # nothing written
+    pl.unreserve(state, p, "n1")
+    # the next attempt takes the other device
+    state = CycleState()
+    assert pl.pre_filter(state, p, [ni]) == (None, None)
+    assert pl.filter(state, p, ni) is None
+    assert pl.reserve(state, p, "n1") is None
+    assert pl._in_flight["c1"][1]["devices"]["results"][0]["device"] == "gpu-1"
