@@ -1811,7 +1811,9 @@ async def test_soak_with_churn(tmp_path: Path, request: pytest.FixtureRequest) -
                         e.get("event") == "caches synced" for e in json_log_entries(log_path)
                     )
 
-                await wait_for(synced, timeout=60, what="kscheduler to sync")
+                await wait_for(
+                    synced, timeout=180 if SOAK_TRACEMALLOC else 60, what="kscheduler to sync"
+                )
                 assert proc.pid is not None
                 pid = proc.pid
                 began = time.monotonic()
