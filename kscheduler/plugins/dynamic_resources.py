@@ -449,6 +449,27 @@ def parse_args(raw: Mapping[str, Any]) -> DynamicResourcesArgs:
     return DynamicResourcesArgs(filter_timeout, binding_timeout)
 
 
+@dataclass(slots=True, frozen=True)
+class _ClaimDevices:
+    """What one version of an allocated claim takes."""
+
+    resource_version: str
+    key: str  # namespace/name
+    devices: frozenset[DeviceID]
+    #: shared devices (consumable capacity) -> the capacity the claim's shares take
+    shares: dict[DeviceID, dict[str, Decimal]]
+
+
+@dataclass(slots=True)
+class _ClusterDevices:
+    """The devices the cluster's allocated claims take."""
+
+    devices: frozenset[DeviceID] = frozenset()
+    #: device -> (claim uid, namespace/name) of the claim that has it
+    owners: dict[DeviceID, tuple[str, str]] = field(default_factory=dict)
+    shares: dict[DeviceID, dict[str, Decimal]] = field(default_factory=dict)
+
+
 def _add_shares(
     into: dict[DeviceID, dict[str, Decimal]], part: Mapping[DeviceID, Mapping[str, Decimal]]
 ) -> None:
@@ -470,15 +491,10 @@ class DynamicResources:
         self._slices: dict[str, tuple[str, Slice]] = {}
         #: the slices grouped per node, kept while no slice changes
         self._index: SliceIndex | None = None
-        #: claim uid -> (resourceVersion, the devices its allocation takes, the shared
-        #: devices with what its shares take of them)
-        self._claim_devices: dict[
-            str, tuple[str, frozenset[DeviceID], dict[DeviceID, dict[str, Decimal]]]
-        ] = {}
-        #: the sum of _claim_devices (devices in use, shared devices' capacity in use)
-        self._cluster_taken: (
-            tuple[frozenset[DeviceID], dict[DeviceID, dict[str, Decimal]]] | None
-        ) = None
+        #: claim uid -> the devices its allocation takes (per claim version)
+        self._claim_devices: dict[str, _ClaimDevices] = {}
+        #: the sum of _claim_devices
+        self._cluster: _ClusterDevices | None = None
         #: claim uid -> (namespace/name, allocation) between Reserve and PreBind
         self._in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
         #: claim uid -> the claim as PreBind wrote it, until the informer has it
@@ -581,17 +597,16 @@ class DynamicResources:
             return False
         return (datetime.now(UTC) - at).total_seconds() > self.args.binding_timeout
 
-    def _taken(self) -> tuple[set[DeviceID], dict[DeviceID, dict[str, Decimal]]]:
-        """The devices of every allocated claim and of the allocations in flight, and
-        the shared ones (consumable capacity) with the capacity their shares take.
+    def _cluster_devices(self) -> _ClusterDevices:
+        """The devices the cluster's allocated claims take, brought up to date.
 
-        Each claim version is read once; the sum over the cluster's claims is kept
-        until a claim with devices changes, so that a cycle costs a lookup per claim
-        (the DRA benchmark has thousands) rather than a parse."""
+        Each claim version is read once; the sums are kept until a claim with
+        devices changes, so that a cycle costs a lookup per claim (the DRA benchmark
+        has thousands) rather than a parse."""
         assert self.handle is not None
         memo = self._claim_devices
         assumed_claims = self._assumed
-        changed = self._cluster_taken is None
+        changed = self._cluster is None
         count = 0
         for claim in self.handle.objects.list(CLAIMS):
             meta = claim.get("metadata") or {}
@@ -604,30 +619,37 @@ class DynamicResources:
             count += 1
             rv = str(meta.get("resourceVersion", ""))
             hit = memo.get(uid)
-            if hit is None or hit[0] != rv:
+            if hit is None or hit.resource_version != rv:
                 devices = frozenset(allocated_devices((claim,)))
                 shares = shared_capacity((claim,))
-                if devices or shares or (hit is not None and (hit[1] or hit[2])):
+                if devices or shares or (hit is not None and (hit.devices or hit.shares)):
                     changed = True
-                memo[uid] = (rv, devices, shares)
+                key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+                memo[uid] = _ClaimDevices(rv, key, devices, shares)
         if count != len(memo):
             seen = {str(_meta(c).get("uid", "")) for c in self.handle.objects.list(CLAIMS)}
             for gone in set(memo) - seen:
-                if memo[gone][1] or memo[gone][2]:
+                if memo[gone].devices or memo[gone].shares:
                     changed = True
                 del memo[gone]
-        if changed or self._cluster_taken is None:
-            devices_in_use: set[DeviceID] = set()
-            shared_in_use: dict[DeviceID, dict[str, Decimal]] = {}
-            for _, devices, shares in memo.values():
-                devices_in_use |= devices
-                _add_shares(shared_in_use, shares)
-            self._cluster_taken = (frozenset(devices_in_use), shared_in_use)
-        cluster_devices, cluster_shares = self._cluster_taken
+        if changed or self._cluster is None:
+            cluster = _ClusterDevices()
+            for uid, entry in memo.items():
+                for did in entry.devices:
+                    cluster.owners[did] = (uid, entry.key)
+                _add_shares(cluster.shares, entry.shares)
+            cluster.devices = frozenset(cluster.owners)
+            self._cluster = cluster
+        return self._cluster
+
+    def _taken(self) -> tuple[set[DeviceID], dict[DeviceID, dict[str, Decimal]]]:
+        """The devices of every allocated claim and of the allocations in flight, and
+        the shared ones (consumable capacity) with the capacity their shares take."""
+        cluster = self._cluster_devices()
         in_flight = [{"status": {"allocation": a}} for _, a in self._in_flight.values()]
-        taken = set(cluster_devices)
+        taken = set(cluster.devices)
         shared: dict[DeviceID, dict[str, Decimal]] = {}
-        _add_shares(shared, cluster_shares)
+        _add_shares(shared, cluster.shares)
         if in_flight:
             taken |= allocated_devices(in_flight)
             _add_shares(shared, shared_capacity(in_flight))
@@ -644,27 +666,15 @@ class DynamicResources:
         since Filter; writing it too would give one device to two claims
         (kubernetes#128980). This narrows that window to the time the other
         scheduler's write takes to reach the informer; it does not close it."""
-        assert self.handle is not None
         mine = allocated_devices(({"status": {"allocation": allocation}},))
         if not mine:
             return None
-        for claim in self.handle.objects.list(CLAIMS):
-            meta = _meta(claim)
-            other = str(meta.get("uid", ""))
-            if other == uid:
-                continue
-            assumed = self._assumed.get(other)
-            if assumed is not None and _rv(assumed) > _rv(claim):
-                claim = assumed
-            hit = self._claim_devices.get(other)
-            if hit is not None and hit[0] == str(_meta(claim).get("resourceVersion", "")):
-                devices: frozenset[DeviceID] | set[DeviceID] = hit[1]
-            else:
-                devices = allocated_devices((claim,))
-            both = mine & devices
-            if both:
-                return min(both), f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        return None
+        owners = self._cluster_devices().owners
+        both = [did for did in mine if did in owners and owners[did][0] != uid]
+        if not both:
+            return None
+        first = min(both)
+        return first, owners[first][1]
 
     # ---- PreEnqueue --------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status | None:
