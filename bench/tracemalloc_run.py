@@ -11,23 +11,53 @@ the figure to quote.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 import time
 import tracemalloc
 from pathlib import Path
 
-FRAMES = 8
+#: frames kept per allocation (KSCHEDULER_TRACEMALLOC_FRAMES); fewer trace faster
+FRAMES = int(os.environ.get("KSCHEDULER_TRACEMALLOC_FRAMES", "8"))
+#: seconds between two samples of the traced total in ``traced.tsv``
+TOTAL_EVERY = 10.0
 
 
 def _snapshots(out: Path, interval: float, began: float) -> None:
-    while True:
-        time.sleep(interval)
-        snap = tracemalloc.take_snapshot()
-        elapsed = int(time.monotonic() - began)
-        tmp = out / f".snap-{elapsed:06d}.tmp"
-        snap.dump(str(tmp))
-        tmp.rename(out / f"snap-{elapsed:06d}.pickle")
+    """A snapshot every ``interval`` seconds; the traced total (what the Python heap
+    holds) every TOTAL_EVERY seconds, to set beside the process's RSS."""
+    next_snap = began + interval
+    with open(out / "traced.tsv", "a") as totals:
+        while True:
+            time.sleep(TOTAL_EVERY)
+            now = time.monotonic()
+            current, _ = tracemalloc.get_traced_memory()
+            totals.write(f"{now - began:.1f}\t{current}\n")
+            totals.flush()
+            if now < next_snap:
+                continue
+            next_snap += interval
+            _snapshot(out, int(now - began))
+
+
+def traced_totals(out: Path) -> list[tuple[float, float]]:
+    """(seconds since tracing began, traced MB) from ``out/traced.tsv``."""
+    path = out / "traced.tsv"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        t, b = line.split("\t")
+        rows.append((float(t), int(b) / 1e6))
+    return rows
+
+
+def _snapshot(out: Path, elapsed: int) -> None:
+    snap = tracemalloc.take_snapshot()
+    tmp = out / f".snap-{elapsed:06d}.tmp"
+    snap.dump(str(tmp))
+    tmp.rename(out / f"snap-{elapsed:06d}.pickle")
 
 
 def top_growth(older: Path, newer: Path, limit: int = 25) -> list[str]:
@@ -40,8 +70,9 @@ def top_growth(older: Path, newer: Path, limit: int = 25) -> list[str]:
     b = tracemalloc.Snapshot.load(str(newer)).filter_traces(ignore)
     lines = []
     for stat in b.compare_to(a, "traceback")[:limit]:
+        # the allocation first, then its callers
         frames = " <- ".join(
-            f"{Path(f.filename).name}:{f.lineno}" for f in list(stat.traceback)[:6]
+            f"{Path(f.filename).name}:{f.lineno}" for f in list(stat.traceback)[::-1][:6]
         )
         lines.append(
             f"{stat.size_diff / 1024:+.1f} KiB ({stat.count_diff:+d} blocks, "

@@ -1636,8 +1636,20 @@ SOAK_OUT = Path(os.environ.get("KSCHEDULER_SOAK_OUT", str(REPO / "bench-results"
 SOAK_TRACEMALLOC = os.environ.get("KSCHEDULER_SOAK_TRACEMALLOC", "") not in ("", "0")
 
 
-def plot_rss(samples: list[tuple[float, float]], figures: Mapping[str, Any], path: Path) -> None:
-    """The RSS curve of a soak as a PNG, the second half's fitted slope drawn over it."""
+def traced_totals(snapshots: Path) -> list[tuple[float, float]]:
+    from bench.tracemalloc_run import traced_totals as read
+
+    return read(snapshots)
+
+
+def plot_rss(
+    samples: list[tuple[float, float]],
+    figures: Mapping[str, Any],
+    path: Path,
+    traced: list[tuple[float, float]] | None = None,
+) -> None:
+    """The RSS curve of a soak as a PNG, the second half's fitted slope drawn over it
+    (and, under tracemalloc, what the Python heap holds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1658,6 +1670,8 @@ def plot_rss(samples: list[tuple[float, float]], figures: Mapping[str, Any], pat
             lw=1.5,
             label=f"second half: {slope:+.3f} MB/min",
         )
+    if traced:
+        ax.plot([t / 60 for t, _ in traced], [v for _, v in traced], lw=1, label="traced heap")
     ax.set_xlabel("minutes of churn")
     ax.set_ylabel("kscheduler RSS (MB)")
     ax.set_title(
@@ -1893,6 +1907,7 @@ async def test_soak_with_churn(tmp_path: Path, request: pytest.FixtureRequest) -
                     **figures,
                 )
                 growth: list[str] = []
+                traced: list[tuple[float, float]] = []
                 if SOAK_TRACEMALLOC:
                     from bench.tracemalloc_run import top_growth
 
@@ -1900,6 +1915,12 @@ async def test_soak_with_churn(tmp_path: Path, request: pytest.FixtureRequest) -
                     assert len(snaps) >= 2, snaps
                     growth = top_growth(snaps[len(snaps) // 2 - 1], snaps[-1])
                     figures["tracemalloc_snapshots"] = [s.name for s in snaps]
+                    traced = traced_totals(snapshots)
+                    traced_half = [s for s in traced if s[0] >= traced[-1][0] / 2]
+                    # the Python heap's own slope: RSS growing faster is native memory
+                    figures["traced_slope_second_half_mb_per_min"] = round(
+                        slope_per_minute(traced_half), 3
+                    )
                 out = SOAK_OUT / f"soak-{time.strftime('%Y%m%d-%H%M%S')}.json"
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(
@@ -1908,13 +1929,14 @@ async def test_soak_with_churn(tmp_path: Path, request: pytest.FixtureRequest) -
                             **figures,
                             "tracemalloc": SOAK_TRACEMALLOC,
                             "tracemalloc_growth_second_half": growth,
+                            "traced": traced,
                             "rss": samples,
                         },
                         option=orjson.OPT_INDENT_2,
                     ).decode()
                 )
                 png = out.with_suffix(".png")
-                plot_rss(samples, figures, png)
+                plot_rss(samples, figures, png, traced)
                 capman = request.config.pluginmanager.getplugin("capturemanager")
                 text = "soak figures: " + ", ".join(f"{k}={v}" for k, v in figures.items())
                 if growth:
