@@ -19,7 +19,6 @@ Services, ReplicationControllers, ReplicaSets and StatefulSets selecting the pod
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from kscheduler.framework import (
     ActionType,
     ClusterEvent,
     ClusterEventWithHint,
+    Code,
     CycleState,
     EventResource,
     Handle,
@@ -44,6 +44,7 @@ from kscheduler.framework import (
 )
 from kscheduler.framework.aggregate import Contribution, NodeAggregates
 from kscheduler.framework.args import INT32_MAX, INT32_MIN, ConfigError, Fields
+from kscheduler.framework.helpers import filter_rejections
 from kscheduler.framework.selectors import LabelSelector, Requirement, SelectorError
 from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import tolerates_taint
@@ -473,10 +474,24 @@ def _critical_paths(per_domain: Mapping[str, int]) -> list[Any]:
     not on the order in which the domains were counted.
     """
     paths: list[Any] = ["", _NO_MATCH, "", _NO_MATCH]
-    fewest = heapq.nsmallest(2, per_domain.items(), key=lambda item: (item[1], item[0]))
-    for i, (value, num) in enumerate(fewest):
-        paths[2 * i] = value
-        paths[2 * i + 1] = num
+    if not per_domain:
+        return paths
+    # Two passes at C speed rather than one comparing (count, value) keys in Python:
+    # the domains at the smallest count, then (if only one) those at the next.
+    least = min(per_domain.values())
+    at_least = [value for value, num in per_domain.items() if num == least]
+    if len(at_least) >= 2:
+        first = min(at_least)
+        at_least.remove(first)
+        paths[0], paths[2] = first, min(at_least)
+        paths[1] = paths[3] = least
+        return paths
+    paths[0], paths[1] = at_least[0], least
+    rest = [num for num in per_domain.values() if num != least]
+    if rest:
+        second = min(rest)
+        paths[2] = min(value for value, num in per_domain.items() if num == second)
+        paths[3] = second
     return paths
 
 
@@ -597,6 +612,10 @@ class PodTopologySpread:
                 "pods with default topology constraints are not signable"
             )
         return [], None
+
+    def refuses_every_pod(self) -> bool:
+        """With default constraints (the system defaults too) no pod is signable."""
+        return bool(self.default_constraints)
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> PodTopologySpread:
@@ -789,7 +808,10 @@ class PodTopologySpread:
         for i in range(len(constraints)):
             domains = agg.totals.get((i, _NODES), {})
             matching = agg.totals.get((i, _PODS), {})
-            counts.append({value: matching.get(value, 0) for value in domains})
+            # every value with matching pods has nodes: the domains' order, their counts
+            per_domain = dict.fromkeys(domains, 0)
+            per_domain.update(matching)
+            counts.append(per_domain)
         return counts
 
     def pre_filter_extensions(self) -> PodTopologySpread:
@@ -854,6 +876,34 @@ class PodTopologySpread:
             if skew > c.max_skew:
                 return Status.unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
         return None
+
+    def filter_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[int, Status]:
+        """filter over ``nodes`` with each constraint's bound worked out once: a node
+        is rejected when its domain's count exceeds maxSkew - selfMatch + minMatch."""
+        s = state.get(PRE_FILTER_KEY)
+        if not isinstance(s, FilterState):
+            return filter_rejections(self.filter, state, pod, nodes, range(len(nodes)))
+        if not s.constraints:
+            return {}
+        checks = [
+            (c.topology_key, s.counts[i], c.max_skew - s.self_match[i] + s.min_match(i))
+            for i, c in enumerate(s.constraints)
+        ]
+        unschedulable, unresolvable = Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        out: dict[int, Status] = {}
+        for j, ni in enumerate(nodes):
+            labels = ni.labels
+            for key, counts, bound in checks:
+                value = labels.get(key)
+                if value is None:
+                    out[j] = Status(unresolvable, [ERR_REASON_NODE_LABEL_NOT_MATCH])
+                    break
+                if counts.get(value, 0) > bound:
+                    out[j] = Status(unschedulable, [ERR_REASON_CONSTRAINTS_NOT_MATCH])
+                    break
+        return out
 
     # -- PreScore / Score --------------------------------------------------------
 
