@@ -54,6 +54,12 @@ log = structlog.get_logger(__name__)
 JSONList = list[JSON]
 
 T = TypeVar("T")
+
+#: keys of changed objects (changes_since)
+ChangedKeys = list[str]
+
+#: changes an informer remembers for changes_since (half are dropped past it)
+CHANGE_LOG_MAX = 8192
 T_contra = TypeVar("T_contra", contravariant=True)
 
 
@@ -276,6 +282,10 @@ class Informer(Generic[T]):
         self._stream_gen = 0
         self._rng = rng or random.Random()
         self._items: dict[str, T] = {}
+        #: the keys put or removed, in order (see changes_since); _changes[0] is
+        #: change number _changes_base
+        self._changes: ChangedKeys = []
+        self._changes_base = 0
         self._versions: dict[str, tuple[str, str]] = {}  # key -> (resourceVersion, uid)
         self._by_namespace: dict[str, dict[str, T]] = {}
         self._handlers: list[EventHandler[T]] = []
@@ -311,7 +321,24 @@ class Informer(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         return iter(list(self._items.values()))
 
+    def changes_since(self, cursor: int | None) -> tuple[int, ChangedKeys | None]:
+        """(the cursor now, the keys put or removed since ``cursor``, repeats
+        included). The keys are None when ``cursor`` is None or older than the
+        log keeps (CHANGE_LOG_MAX changes): then read the whole store."""
+        end = self._changes_base + len(self._changes)
+        if cursor is None or not self._changes_base <= cursor <= end:
+            return end, None
+        return end, self._changes[cursor - self._changes_base :]
+
+    def _changed(self, key: str) -> None:
+        self._changes.append(key)
+        if len(self._changes) > CHANGE_LOG_MAX:
+            drop = len(self._changes) // 2
+            del self._changes[:drop]
+            self._changes_base += drop
+
     def _put(self, key: str, raw: JSON, value: T) -> None:
+        self._changed(key)
         self._items[key] = value
         self._versions[key] = (_rv(raw), _uid(raw))
         ns, sep, _ = key.partition("/")
@@ -320,6 +347,7 @@ class Informer(Generic[T]):
 
     def _pop(self, key: str) -> T:
         value = self._items.pop(key)
+        self._changed(key)
         self._versions.pop(key, None)
         ns, sep, _ = key.partition("/")
         if sep:
@@ -837,3 +865,8 @@ class InformerObjectLister:
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self._informer(kind).get(namespace or None, name)
+
+    def changes_since(self, kind: str, cursor: int | None) -> tuple[int, ChangedKeys | None]:
+        """The ``kind`` informer's :meth:`Informer.changes_since` (keys are
+        ``namespace/name``, or the name of a cluster-scoped object)."""
+        return self._informer(kind).changes_since(cursor)

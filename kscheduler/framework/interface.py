@@ -397,6 +397,17 @@ class ObjectLister(Protocol):
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
+@runtime_checkable
+class ObjectChanges(Protocol):
+    """What an ObjectLister may also offer: which objects of a kind changed."""
+
+    def changes_since(self, kind: str, cursor: int | None) -> tuple[int, list[str] | None]:
+        """(the cursor now, the keys — ``namespace/name``, or the name of a
+        cluster-scoped object — put or removed since ``cursor``); the keys are None
+        when ``cursor`` is None or too old: read the whole list."""
+        ...
+
+
 class ClusterClient(Protocol):
     """The writes plugins may make; implemented over the API client."""
 

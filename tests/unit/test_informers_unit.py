@@ -258,6 +258,27 @@ def test_apply_events() -> None:
     assert list(inf.store) == ["default/b"]
 
 
+def test_changes_since_names_each_put_and_removal(monkeypatch: pytest.MonkeyPatch) -> None:
+    inf, _ = informer(FakeWatchClient())
+    start, keys = inf.changes_since(None)
+    assert keys is None  # no cursor yet: read the whole store
+    inf.apply("ADDED", obj("a", 1))
+    inf.apply("ADDED", obj("a", 1))  # duplicate delivery: no change
+    inf.apply("MODIFIED", obj("b", 2))
+    inf.apply("DELETED", obj("a", 3))
+    cursor, keys = inf.changes_since(start)
+    assert keys == ["default/a", "default/b", "default/a"]
+    assert inf.changes_since(cursor) == (cursor, [])
+    # a log trimmed past the cursor: the whole store must be read again
+    monkeypatch.setattr("kscheduler.informers.CHANGE_LOG_MAX", 4)
+    for rv in range(10, 16):
+        inf.apply("MODIFIED", obj("b", rv))
+    assert inf.changes_since(cursor)[1] is None
+    now, _ = inf.changes_since(None)
+    inf.apply("MODIFIED", obj("b", 20))
+    assert inf.changes_since(now) == (now + 1, ["default/b"])
+
+
 def test_transform_runs_once_per_version() -> None:
     seen: list[str] = []
 

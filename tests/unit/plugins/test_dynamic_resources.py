@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,8 +12,10 @@ from kscheduler.algorithm import Algorithm
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.framework import Code, CycleState, NodeToStatus, PodInfo, QueueingHint, Status
 from kscheduler.framework.args import ConfigError
+from kscheduler.framework.dra import allocated_devices
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.runtime import Framework
+from kscheduler.informers import Informer
 from kscheduler.plugins import (
     default_binder,
     default_preemption,
@@ -623,3 +626,78 @@ async def test_pre_bind_refuses_a_device_another_claim_got_meanwhile() -> None:
     assert pl.filter(state, p, ni) is None
     assert pl.reserve(state, p, "n1") is None
     assert pl._in_flight["c1"][1]["devices"]["results"][0]["device"] == "gpu-1"
+
+
+class _ClaimInformerObjects:
+    """An object lister whose claims come from a real Informer store (it tells
+    which claims changed); other kinds are empty."""
+
+    def __init__(self) -> None:
+        self.claims: Informer[dict[str, Any]] = Informer(
+            _NoWatch(), "/apis/resource.k8s.io/v1/resourceclaims"
+        )
+
+    def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self.claims.list(namespace) if kind == dynamic_resources.CLAIMS else []
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.claims.get(namespace, name) if kind == dynamic_resources.CLAIMS else None
+
+    def changes_since(self, kind: str, cursor: int | None) -> tuple[int, list[str] | None]:
+        assert kind == dynamic_resources.CLAIMS
+        return self.claims.changes_since(cursor)
+
+
+class _NoWatch:
+    async def list_json(self, path: str, params: Any = None) -> dict[str, Any]:
+        raise AssertionError("not used")
+
+    def watch_json(self, path: str, params: Any = None) -> Any:
+        raise AssertionError("not used")
+
+
+def _allocated_claim(name: str, rv: int, devices: list[str], uid: str = "") -> dict[str, Any]:
+    results = [{"request": "r", "driver": "d", "pool": "p", "device": dev} for dev in devices]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid or f"uid-{name}",
+            "resourceVersion": str(rv),
+        },
+        "spec": {"devices": {"requests": [{"name": "r"}]}},
+        "status": {"allocation": {"devices": {"results": results}}} if devices else {},
+    }
+
+
+def test_devices_in_use_follow_each_claim_change_as_a_full_count_does() -> None:
+    """The sums kept from the informer's change log equal a count over every claim,
+    through adds, reallocations, deallocations, deletions and a re-created name."""
+    rng = random.Random(7)
+    objects = _ClaimInformerObjects()
+    pl = DynamicResources(_Handle(objects))  # type: ignore[arg-type]
+    names = [f"c{i}" for i in range(12)]
+    uids = {n: f"uid-{n}" for n in names}
+    for rv in range(1, 400):
+        name = rng.choice(names)
+        if rng.random() < 0.15:
+            objects.claims.apply("DELETED", _allocated_claim(name, rv, [], uids[name]))
+            uids[name] = f"uid-{name}-{rv}"  # the next one with this name is another claim
+        else:
+            devices = rng.sample([f"dev{i}" for i in range(30)], rng.randint(0, 2))
+            objects.claims.apply("MODIFIED", _allocated_claim(name, rv, devices, uids[name]))
+        if rng.random() < 0.5:
+            continue  # several changes between two cycles
+        taken, shared = pl._taken()
+        assert taken == allocated_devices(objects.claims.list())
+        assert shared == {}
+        for claim in objects.claims.list():
+            mine = claim["status"].get("allocation")
+            if not mine:
+                continue
+            uid = claim["metadata"]["uid"]
+            others = allocated_devices(
+                c for c in objects.claims.list() if c["metadata"]["uid"] != uid
+            )
+            clash = pl._allocated_to_another_claim(uid, mine)
+            assert (clash is not None) == bool(allocated_devices([claim]) & others)
