@@ -3,7 +3,7 @@
     python -m bench.whatif_max [--nodes 5000] [--before-copies 200] [--out DIR]
 
 The cluster (nodes and pods in the daemon's cache, no API server) has
-``--nodes`` nodes in five zones, 2, 4 or 8 CPUs and room for 20 pods each,
+``--nodes`` nodes in five zones (racks of four nodes), 2, 4 or 8 CPUs and room for 20 pods each,
 every seventh tainted, and a random load of 0-2 CPUs. For each case the
 ``--max`` what-if of a Deployment's pod (500m CPU, 256Mi) runs as the command
 runs it (:func:`kscheduler.whatif.place_documents`, the first copy that does
@@ -44,6 +44,7 @@ from kscheduler.whatif import _cycle, _Session, place_documents
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
+RACK = "example.com/rack"
 WEB = {"matchLabels": {"app": "web"}}
 
 
@@ -55,7 +56,14 @@ def cluster(n: int, seed: int = 3) -> tuple[list[dict[str, Any]], list[dict[str,
         raw: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": {HOST: name, ZONE: f"zone-{i % 5}"}},
+            "metadata": {
+                "name": name,
+                "labels": {
+                    HOST: name,
+                    ZONE: f"zone-{i % 5}",
+                    RACK: f"rack-{i % 5}-{i // 20}",  # 4 nodes, one zone
+                },
+            },
             "spec": {},
             "status": {
                 "allocatable": {"cpu": str(rng.choice([2, 4, 8])), "memory": "16Gi", "pods": "20"},
@@ -124,6 +132,22 @@ CASES: dict[str, dict[str, Any]] = {
                 ]
             }
         },
+    },
+    "spread on zone and hostname (maxSkew 1)": {
+        "topologySpreadConstraints": [
+            *spread(ZONE, 1)["topologySpreadConstraints"],
+            *spread(HOST, 1)["topologySpreadConstraints"],
+        ]
+    },
+    "anti-affinity on hostname and zone-rack": {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": WEB, "topologyKey": HOST},
+                    {"labelSelector": WEB, "topologyKey": RACK},
+                ]
+            }
+        }
     },
     "preferred affinity on zone": {
         "affinity": {

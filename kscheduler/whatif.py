@@ -40,7 +40,9 @@ never how many fit, since a cycle finds a feasible node whenever one exists:
 * required affinity to itself with no pod selected yet: the first copy is
   placed cycle by cycle (it picks the domain), then the rest counted as above.
 * otherwise (several constraints that select the copies, claims, filters not
-  known to be node-local) copies are placed cycle by cycle as the daemon would.
+  known to be node-local) copies are placed cycle by cycle as the daemon would,
+  the same cycles with one shortcut: a node-local filter's verdict on a node
+  that has not changed since the last copy is reused (:class:`_KeptVerdicts`).
 
 Not modelled: pending pods already in the cluster competing for the same room,
 LimitRange defaults and RuntimeClass overhead (admission), HTTP extenders.
@@ -60,6 +62,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -77,7 +80,7 @@ from kscheduler.explain import (
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.selectors import LabelSelector
-from kscheduler.framework.status import Code
+from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.kube import ApiError
 from kscheduler.manifests import (
@@ -97,7 +100,7 @@ if TYPE_CHECKING:
     from kscheduler.app import SchedulerApp
     from kscheduler.config import KubeSchedulerConfiguration
     from kscheduler.framework.registry import Registry
-    from kscheduler.framework.runtime import Framework
+    from kscheduler.framework.runtime import BatchFilterFn, FilterFn, Framework
 
 JSON = dict[str, Any]
 
@@ -868,6 +871,103 @@ def _first_copy_span(
     return min(by_domain.values()), max(by_domain.values())
 
 
+#: Filters whose verdict on a node depends only on that node (its Node object and
+#: pods) and the pod's spec, and that cost more than a lookup: for copies of one pod
+#: template a node's verdict holds until the node changes (see _keeps_verdicts).
+KEPT_VERDICT_FILTERS = frozenset(
+    {"TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit"}
+)
+
+
+def _plain_resource(name: str) -> bool:
+    return name in ("cpu", "memory", "ephemeral-storage") or name.startswith("hugepages-")
+
+
+def _keeps_verdicts(pod: PodInfo) -> bool:
+    """Whether KEPT_VERDICT_FILTERS' verdicts on an unchanged node hold for the next
+    copy of ``pod``: no claims, and only standard resources (an extended resource
+    may be backed by devices that other nodes' placements take)."""
+    spec = pod.raw.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return False
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    blocks = [c.get("resources") or {} for c in containers if isinstance(c, dict)]
+    blocks.append(spec.get("resources") or {})
+    for b in blocks:
+        for kind in ("requests", "limits"):
+            if not all(_plain_resource(str(r)) for r in b.get(kind) or {}):
+                return False
+    return all(_plain_resource(str(r)) for r in spec.get("overhead") or {})
+
+
+class _KeptVerdicts:
+    """Verdicts of KEPT_VERDICT_FILTERS per node for the copies of one pod template,
+    reused while the node is the same object at the same generation (a node a copy
+    was assumed on has a new generation; the nominated-pods path filters a clone)."""
+
+    def __init__(self) -> None:
+        #: per plugin: node info -> (its generation then, verdict)
+        self.seen: dict[str, dict[NodeInfo, tuple[int, Status | None]]] = {}
+
+    def wrap(
+        self, name: str, single: FilterFn, batch: BatchFilterFn | None
+    ) -> tuple[FilterFn, BatchFilterFn | None]:
+        if name not in KEPT_VERDICT_FILTERS:
+            return single, batch
+        seen = self.seen.setdefault(name, {})
+
+        def kept_single(state: CycleState, pod: PodInfo, ni: NodeInfo) -> Status | None:
+            hit = seen.get(ni)
+            if hit is not None and hit[0] == ni.generation:
+                return hit[1]
+            st = single(state, pod, ni)
+            seen[ni] = (ni.generation, st)
+            return st
+
+        if batch is None:
+            return kept_single, None
+        inner = batch
+
+        def kept_batch(
+            state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+        ) -> dict[int, Status]:
+            out: dict[int, Status] = {}
+            missed: list[int] = []
+            get = seen.get
+            for j, ni in enumerate(nodes):
+                hit = get(ni)
+                if hit is None or hit[0] != ni.generation:
+                    missed.append(j)
+                elif hit[1] is not None:
+                    out[j] = hit[1]
+            if missed:
+                todo = [nodes[j] for j in missed]
+                got = inner(state, pod, todo)
+                for k, j in enumerate(missed):
+                    ni = todo[k]
+                    st = got.get(k)
+                    seen[ni] = (ni.generation, st)
+                    if st is not None:
+                        out[j] = st
+            return out
+
+        return kept_single, kept_batch
+
+
+@contextmanager
+def _verdicts_kept(fwk: Framework, pod: PodInfo) -> Iterator[None]:
+    """While placing copies of ``pod`` cycle by cycle, the node-local filters'
+    verdicts on unchanged nodes are reused (the same verdicts, so the same cycles)."""
+    if not _keeps_verdicts(pod):
+        yield
+        return
+    restore = fwk.wrap_filters(_KeptVerdicts().wrap)
+    try:
+        yield
+    finally:
+        restore()
+
+
 def _cycle(s: _Session, doc: Document, w: Workload, fwk: Framework, i: int) -> str:
     """Copy ``i`` placed as the daemon's cycle places it: its node, or "" if none fits."""
     app = s.app
@@ -952,9 +1052,10 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
                 count += n
             done = True
     if not done:
-        while node := _cycle(s, doc, w, fwk, count):
-            per_node[node] += 1
-            count += 1
+        with _verdicts_kept(fwk, probe):
+            while node := _cycle(s, doc, w, fwk, count):
+                per_node[node] += 1
+                count += 1
     # the first copy that does not fit: the full explanation, preemption included
     raw = w.pod(count)
     claims = s.add_claims(w, count)

@@ -348,6 +348,23 @@ class Framework:
         plan = self._filters
         return [f for f in plan if f[0] not in skip] if skip else plan
 
+    def wrap_filters(
+        self,
+        wrap: Callable[
+            [str, FilterFn, BatchFilterFn | None], tuple[FilterFn, BatchFilterFn | None]
+        ],
+    ) -> Callable[[], None]:
+        """Each filter plugin's filter and batch filter replaced by what ``wrap`` makes
+        of them, for the cycles until the returned function is called, which puts the
+        plugins' own back (``explain --max`` keeps verdicts that cannot change)."""
+        saved = self._filters
+        self._filters = [(name, *wrap(name, f, b)) for name, f, b in saved]
+
+        def restore() -> None:
+            self._filters = saved
+
+        return restore
+
     def run_filters_on(
         self,
         filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
