@@ -153,7 +153,7 @@ class Algorithm:
             cycle is not None
             and record is None
             and GATES.opportunistic_batching
-            and fwk.signatures_enabled
+            and fwk.batching_possible
         )
         if batching:
             assert cycle is not None

@@ -232,11 +232,14 @@ class Backoff:
         self.factor = factor
         self.jitter = jitter
         self.attempts = 0
-        self._rng = rng or random.Random()
+        # seeded on first use: most requests never back off, and seeding reads the OS
+        self._rng = rng
 
     def next(self) -> float:
         base = min(self.cap, self.initial * self.factor ** min(self.attempts, 64))
         self.attempts += 1
+        if self._rng is None:
+            self._rng = random.Random()
         return base * (1.0 + self.jitter * self._rng.random())
 
     def reset(self) -> None:

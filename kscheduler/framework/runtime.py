@@ -40,7 +40,12 @@ from kscheduler.framework.interface import (
     WaitingPod,
 )
 from kscheduler.framework.registry import Registry
-from kscheduler.framework.signing import OpportunisticBatch, SignPlugin, sign
+from kscheduler.framework.signing import (
+    OpportunisticBatch,
+    ProfileSignRefusal,
+    SignPlugin,
+    sign,
+)
 from kscheduler.framework.status import Code, Status
 from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
 
@@ -213,11 +218,20 @@ class Framework:
             else:
                 self.unsignable_plugins.append(p.name)
         self.signatures_enabled = not self.unsignable_plugins
+        #: sign plugins that refuse every pod of this profile (see ProfileSignRefusal)
+        self.refusing_plugins = [
+            p.name
+            for p in self.sign_plugins
+            if isinstance(p, ProfileSignRefusal) and p.refuses_every_pod()
+        ]
+        #: whether a pod of this profile can be signed at all: when not, the cycle
+        #: neither signs nor keeps results for the next one (nothing could use them)
+        self.batching_possible = self.signatures_enabled and not self.refusing_plugins
         self.batch = OpportunisticBatch(self)
 
     def sign_pod(self, pod: PodInfo) -> bytes | None:
         """The pod's signature in this profile, or None (it cannot be signed)."""
-        if not self.signatures_enabled:
+        if not self.batching_possible:
             return None
         signature, _ = sign(self.profile_name, self.sign_plugins, pod)
         return signature

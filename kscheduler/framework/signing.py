@@ -76,6 +76,16 @@ class SignPlugin(Protocol):
         cannot be signed (no batching for it). Must depend on the pod alone."""
 
 
+@runtime_checkable
+class ProfileSignRefusal(Protocol):
+    """Optional for a SignPlugin: says once, for the whole profile, that it refuses
+    every pod (its configuration alone decides it). Such a profile skips signing
+    and batching altogether: every cycle would sign the pod only to throw the
+    signature away."""
+
+    def refuses_every_pod(self) -> bool: ...
+
+
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 

@@ -95,11 +95,14 @@ def test_default_profile_signs_nothing() -> None:
     )
     assert not prof.unsignable_plugins
     assert prof.sign_pod(pod("p").req(cpu="1").build()) is None
+    # known once for the profile: the cycle neither signs nor keeps results
+    assert prof.refusing_plugins == ["PodTopologySpread"]
+    assert not prof.batching_possible
 
 
 def test_signatures() -> None:
     fwk = _profile(Cache())
-    assert fwk.signatures_enabled
+    assert fwk.signatures_enabled and fwk.batching_possible
     a = fwk.sign_pod(pod("a").req(cpu="1").build())
     b = fwk.sign_pod(pod("b").req(cpu="1").build())
     assert a is not None and a == b
