@@ -57,12 +57,31 @@ from bench.run import (
 from bench.workloads import PodGroup, Workload, pod_default
 from kscheduler.controlplane.binaries import K8S_VERSION
 from kscheduler.controlplane.harness import ControlPlane
+from kscheduler.controlplane.rest import ApiError
 
 #: pods bound per node at upstream's limit: 150,000 pods over 5000 nodes
 DEFAULT_NODES = 5000
 DEFAULT_PODS = 150_000
 #: node-default's 4 CPUs over the pod's 100m
 PODS_PER_NODE_MAX = 40
+DELETE_ATTEMPTS = 3
+#: seconds an admin request may take (listing and deleting a filled cluster's pods)
+ADMIN_TIMEOUT = 600.0
+
+
+class ScaleBench(Bench):
+    """Bench whose clean-up survives a slow apiserver: deleting a filled cluster's pods
+    on a busy machine may time out once, which must not throw the measured run away."""
+
+    async def delete_pods(self, wl: Workload, *, keep_init: bool = False) -> None:
+        for attempt in range(1, DELETE_ATTEMPTS + 1):
+            try:
+                await super().delete_pods(wl, keep_init=keep_init)
+                return
+            except (TimeoutError, ApiError) as exc:
+                if attempt == DELETE_ATTEMPTS:
+                    raise
+                log(f"deleting the pods: {type(exc).__name__} {exc}; trying again")
 
 
 def scale_workload(nodes: int, pods: int) -> Workload:
@@ -255,9 +274,9 @@ async def run(args: argparse.Namespace) -> int:
         async with ControlPlane(
             extra_apiserver_args=extra, node_lease_seconds=NODE_LEASE_SECONDS
         ) as cp:
-            admin = cp.client(max_connections=64)
+            admin = cp.client(max_connections=64, timeout=ADMIN_TIMEOUT)
             try:
-                bench = Bench(cp, admin, opts, stamp)
+                bench = ScaleBench(cp, admin, opts, stamp)
                 await bench.setup_workload(wl)
                 try:
                     for i, kind in enumerate(kinds):
