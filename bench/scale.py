@@ -100,8 +100,9 @@ def tenth_rates(curve: list[tuple[float, int]], total: int) -> dict[str, float |
     """Pods/s over the first and the last tenth of ``total`` pods from a bind curve of
     (seconds, pods bound so far) points."""
     points = [(t, n) for t, n in curve if n > 0]
-    if not points or points[-1][1] < total:
+    if not points:
         return {"first_10pct_pods_per_s": None, "last_10pct_pods_per_s": None, "ratio": None}
+    total = min(total, points[-1][1])  # a run cut short: the tenths of what was bound
 
     def rate(lo: int, hi: int) -> float | None:
         a = next(p for p in points if p[1] >= lo)
@@ -131,8 +132,9 @@ def tenth_cpu(
         "first_10pct_cpu_ms_per_pod": None,
         "last_10pct_cpu_ms_per_pod": None,
     }
-    if not points or points[-1][1] < total or len(resources) < 2:
+    if not points or len(resources) < 2:
         return none
+    total = min(total, points[-1][1])
 
     def cpu_at(t: float) -> float:
         before = [r for r in resources if r[0] <= t]
