@@ -139,7 +139,7 @@ CASES: dict[str, dict[str, Any]] = {
             *spread(HOST, 1)["topologySpreadConstraints"],
         ]
     },
-    "anti-affinity on hostname and zone-rack": {
+    "anti-affinity on hostname and rack": {
         "affinity": {
             "podAntiAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
