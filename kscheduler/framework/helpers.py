@@ -59,3 +59,38 @@ def default_normalize_ints(
     if reverse:
         return [max_score - max_score * s // highest for s in scores]
     return [max_score * s // highest for s in scores]
+
+
+class NodeScoreMemo:
+    """A score plugin's scores by node, for one pod request at a time.
+
+    An entry holds the node's generation when it was scored: a pod placed or
+    removed, or the Node object replaced, bumps the generation and the entry no
+    longer applies. Keyed by the NodeInfo object itself (a clone, as preemption
+    makes, is a key of its own), so the plugin must give a score that depends only
+    on the node's state and the ``key`` of :meth:`table` (the pod's request).
+    Successive cycles of alike pods visit nodes whose state has not changed since
+    the last visit (one node changes per placement): their scores come from here.
+    """
+
+    __slots__ = ("_tables",)
+
+    #: tables kept at once (one per pod request seen lately)
+    MAX_TABLES = 8
+
+    def __init__(self) -> None:
+        self._tables: dict[object, dict[NodeInfo, tuple[int, int]]] = {}
+
+    def table(self, key: object, nodes: int) -> dict[NodeInfo, tuple[int, int]]:
+        """NodeInfo -> (generation, score) for pods with request ``key``; emptied when
+        it grows past twice ``nodes``, the nodes of the cluster (clones and removed
+        nodes are not kept long)."""
+        tables = self._tables
+        t = tables.get(key)
+        if t is None:
+            if len(tables) >= self.MAX_TABLES:
+                tables.clear()
+            t = tables[key] = {}
+        elif len(t) > 2 * nodes + 1024:
+            t.clear()
+        return t

@@ -34,6 +34,7 @@ from kscheduler.framework import (
 )
 from kscheduler.framework.args import ConfigError, Fields
 from kscheduler.framework.dra import ExtendedResourceDevices, extended_resource_devices
+from kscheduler.framework.helpers import NodeScoreMemo
 from kscheduler.framework.signing import SignFragment
 
 NAME = "NodeResourcesBalancedAllocation"
@@ -169,6 +170,14 @@ class NodeResourcesBalancedAllocation:
         self.args = args
         self.handle = handle
         self._names = tuple(r.name for r in args.resources)
+        #: score_nodes' scores over cpu and memory, by node (see NodeScoreMemo)
+        self._memo = NodeScoreMemo()
+
+    def _cluster_size(self, nodes: Sequence[NodeInfo]) -> int:
+        """Nodes in the cluster (the memo keeps up to about twice as many entries)."""
+        if self.handle is None:
+            return len(nodes)
+        return max(len(self.handle.snapshot.node_infos()), len(nodes))
 
     def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
         """The pod's effective requests from its spec (OpportunisticBatching)."""
@@ -236,7 +245,14 @@ class NodeResourcesBalancedAllocation:
         rc, rm = reqs
         out: list[int] = []
         append = out.append
+        memo = self._memo.table((rc, rm), self._cluster_size(nodes))
+        seen = memo.get
         for ni in nodes:
+            gen = ni.generation
+            m = seen(ni)
+            if m is not None and m[0] == gen:
+                append(m[1])
+                continue
             node = ni.node
             if node is None:
                 append(change_score(MAX_NODE_SCORE, MAX_NODE_SCORE))
@@ -263,9 +279,11 @@ class NodeResourcesBalancedAllocation:
                 e = (g0 - g1) / 2
                 without_pod = int((1 - (e if e >= 0 else -e)) * MAX_NODE_SCORE)
                 delta = half + with_pod - without_pod
-                append(half + (delta // 2 if delta >= 0 else -((-delta) // 2)))
+                score = half + (delta // 2 if delta >= 0 else -((-delta) // 2))
             else:  # one fraction or none: no spread, no change
-                append(change_score(MAX_NODE_SCORE, MAX_NODE_SCORE))
+                score = change_score(MAX_NODE_SCORE, MAX_NODE_SCORE)
+            memo[ni] = (gen, score)
+            append(score)
         return out, None
 
 

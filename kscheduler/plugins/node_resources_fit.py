@@ -57,7 +57,7 @@ from kscheduler.framework.dra import (
     extended_resource_devices,
     is_dra_extended_resource_name,
 )
-from kscheduler.framework.helpers import filter_rejections
+from kscheduler.framework.helpers import NodeScoreMemo, filter_rejections
 from kscheduler.framework.shape import (
     MAX_CUSTOM_PRIORITY_SCORE,
     MAX_UTILIZATION,
@@ -497,6 +497,14 @@ class NodeResourcesFit:
         self._ignored_groups = args.ignored_resource_groups
         self._names = tuple(r.name for r in args.scoring_strategy.resources)
         self._scorer = build_scorer(args.scoring_strategy)
+        #: score_nodes' LeastAllocated scores over cpu and memory, by node
+        self._memo = NodeScoreMemo()
+
+    def _cluster_size(self, nodes: Sequence[NodeInfo]) -> int:
+        """Nodes in the cluster (the memo keeps up to about twice as many entries)."""
+        if self.handle is None:
+            return len(nodes)
+        return max(len(self.handle.snapshot.node_infos()), len(nodes))
 
     def _classes(self) -> Mapping[str, Any]:
         assert self.handle is not None
@@ -707,7 +715,14 @@ class NodeResourcesFit:
         wc, wm = (r.weight for r in strategy.resources)
         out: list[int] = []
         append = out.append
+        memo = self._memo.table((rc, rm), self._cluster_size(nodes))
+        seen = memo.get
         for ni in nodes:
+            gen = ni.generation
+            m = seen(ni)
+            if m is not None and m[0] == gen:
+                append(m[1])
+                continue
             node = ni.node
             if node is None:
                 append(0)
@@ -726,7 +741,9 @@ class NodeResourcesFit:
                 if r <= am:
                     total += (am - r) * MAX_NODE_SCORE // am * wm
                 wsum += wm
-            append(total // wsum if wsum else 0)
+            score = total // wsum if wsum else 0
+            memo[ni] = (gen, score)
+            append(score)
         return out, None
 
 

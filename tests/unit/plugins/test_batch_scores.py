@@ -104,3 +104,41 @@ def test_normalize_scores_equals_normalize_score(name: str, seed: int) -> None:
         fast, st = plugin.normalize_scores(CycleState(), p, list(ints))  # type: ignore[attr-defined]
         assert st is None
         assert fast == [s.score for s in objects], f"{name} differs on {ints}"
+
+
+@pytest.mark.parametrize("name", ["NodeResourcesFit", "NodeResourcesBalancedAllocation"])
+@pytest.mark.parametrize("seed", range(5))
+def test_score_nodes_memo_follows_node_changes(name: str, seed: int) -> None:
+    """score_nodes keeps scores by node between cycles (NodeScoreMemo): after pods
+    are placed and removed, on the nodes and on clones of them, every call still
+    gives what score() gives."""
+    rng = random.Random(seed)
+    nodes, pods = random_cluster(rng)
+    entry = in_tree_registry()[name]
+    args = entry.parse_args({}) if entry.parse_args is not None else None
+    plugin = entry.factory(args, Handle(nodes))  # type: ignore[arg-type]
+    placed: list[tuple[NodeInfo, str]] = []
+    for round_ in range(12):
+        view = list(nodes)
+        if round_ % 3 == 2:
+            # clones of some nodes, one with a pod more: keys of their own
+            view = [ni.clone() if rng.random() < 0.5 else ni for ni in nodes]
+            view[0].add_pod(pod(f"c{round_}").req(cpu="300m").on(view[0].name).build())
+        for p in rng.sample(pods, 5):
+            state = CycleState()
+            pre = getattr(plugin, "pre_score", None)
+            if pre is not None and pre(state, p, view) is not None:
+                continue
+            batch, bst = plugin.score_nodes(state, p, view)  # type: ignore[attr-defined]
+            one = [plugin.score(state, p, ni)[0] for ni in view]  # type: ignore[attr-defined]
+            assert bst is None
+            assert batch == one, f"{name} differs for {p.name} in round {round_}"
+        # the cluster changes between rounds: a pod placed, now and then one removed
+        ni = rng.choice(nodes)
+        q = pod(f"r{round_}").req(cpu=f"{rng.choice([100, 900])}m", memory="256Mi")
+        q = q.on(ni.name).build()
+        ni.add_pod(q)
+        placed.append((ni, q.uid))
+        if rng.random() < 0.4:
+            gone, uid = placed.pop(rng.randrange(len(placed)))
+            gone.remove_pod(uid)
