@@ -940,7 +940,18 @@ class PodTopologySpread:
         for i, c in enumerate(constraints):
             size = len(nodes) - len(s.ignored) if c.topology_key == LABEL_HOSTNAME else sizes[i]
             s.weights[i] = math.log(size + 2)
-        if any(wanted):
+        tracked = (
+            self._tracked_score_counts(pod, constraints, wanted, require_all, all_nodes)
+            if any(wanted)
+            else None
+        )
+        if tracked is not None:
+            for i, totals in enumerate(tracked):
+                if totals:
+                    per_domain = s.counts[i]
+                    for value in per_domain:
+                        per_domain[value] = totals.get(value, 0)
+        elif any(wanted):
             counter = _NodeCounter(pod, constraints)
             for ni in all_nodes:
                 node = ni.node
@@ -958,6 +969,47 @@ class PodTopologySpread:
                         per_domain[value] += n
         state.write(PRE_SCORE_KEY, s)
         return None
+
+    def _tracked_score_counts(
+        self,
+        pod: PodInfo,
+        constraints: tuple[Constraint, ...],
+        wanted: list[bool],
+        require_all: bool,
+        nodes: Sequence[NodeInfo],
+    ) -> list[dict[str, int]] | None:
+        """Per constraint (empty when not wanted): matching pods per domain value over
+        every node PreScore counts, from per-node counts kept across cycles; None if
+        they cannot be used (as for _tracked_domain_counts)."""
+        if any(c.honor_node_taints for c in constraints):
+            return None  # on the pod's tolerations
+        if (pod.node_selector or pod.required_node_affinity is not None) and any(
+            c.honor_node_affinity for c in constraints
+        ):
+            return None  # on the pod's node selector and affinity
+        key = (
+            "score",
+            pod.namespace,
+            require_all,
+            tuple((c.topology_key, c.selector) for c in constraints),
+            tuple(wanted),
+        )
+        counter = _NodeCounter(pod, constraints)
+
+        def contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[tuple[int, str], str]:
+            labels = node.labels
+            if require_all and not _has_all_keys(labels, constraints):
+                return {}
+            share: Contribution[tuple[int, str], str] = {}
+            for i, n in enumerate(counter.counts(ni, node, wanted)):
+                if n:
+                    share[(i, _PODS)] = {labels.get(constraints[i].topology_key, ""): n}
+            return share
+
+        agg = self._aggregates.get(key)
+        if not agg.refresh(self._handle.snapshot, nodes, contribution):
+            return None
+        return [agg.totals.get((i, _PODS), {}) for i in range(len(constraints))]
 
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo

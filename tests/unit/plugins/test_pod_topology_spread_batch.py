@@ -8,10 +8,32 @@ from typing import Any
 
 import pytest
 
-from kscheduler.framework import CycleState, Status
-from kscheduler.plugins.pod_topology_spread import PRE_FILTER_KEY, _critical_paths
+from kscheduler.framework import CycleState, NodeInfo, PodInfo, Status
+from kscheduler.plugins.pod_topology_spread import (
+    PRE_FILTER_KEY,
+    PRE_SCORE_KEY,
+    DefaultConstraint,
+    PodTopologySpread,
+    PodTopologySpreadArgs,
+    ScoreState,
+    _critical_paths,
+)
 
-from .test_pod_topology_spread_incremental import SCANNED, TRACKED, Cluster, new_plugin
+from .test_pod_topology_spread_incremental import (
+    A_OR_B,
+    APP_A,
+    APP_B,
+    HOST,
+    RACK,
+    SCANNED,
+    TRACKED,
+    ZONE,
+    Cluster,
+    Handle,
+    constraint,
+    incoming,
+    new_plugin,
+)
 
 
 def verdict(st: Status | None) -> Any:
@@ -74,3 +96,77 @@ def test_critical_paths_are_the_two_fewest_ties_to_the_smaller_value() -> None:
         values = rng.sample([f"d{i}" for i in range(40)], n)
         per_domain = {v: rng.randrange(rng.choice([1, 2, 4, 50])) for v in values}
         assert _critical_paths(per_domain) == reference_paths(per_domain), per_domain
+
+
+class NoChangeLog:
+    """The snapshot without changes_since: PreScore counts every node itself."""
+
+    def __init__(self, snapshot: Any) -> None:
+        self._snapshot = snapshot
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "changes_since":
+            raise AttributeError(name)
+        return getattr(self._snapshot, name)
+
+
+def anyway(c: dict[str, Any]) -> dict[str, Any]:
+    return {**c, "whenUnsatisfiable": "ScheduleAnyway"}
+
+
+#: Incoming pods with ScheduleAnyway constraints (own, or the plugin's defaults).
+SCORED = [
+    incoming("zone", anyway(constraint(ZONE, APP_A))),
+    incoming("two", anyway(constraint(ZONE, APP_B)), anyway(constraint(RACK, A_OR_B))),
+    incoming("host-and-zone", anyway(constraint(HOST, APP_A)), anyway(constraint(ZONE, APP_A))),
+    incoming("other-ns", anyway(constraint(RACK, APP_A)), ns="other"),
+    incoming("selector", anyway(constraint(ZONE, APP_A)), spec={"nodeSelector": {RACK: "r1"}}),
+    incoming(
+        "taints",
+        anyway(constraint(ZONE, APP_A, nodeTaintsPolicy="Honor")),
+        spec={"tolerations": [{"key": "t", "operator": "Exists"}]},
+    ),
+    incoming("defaulted", labels={"app": "a", "tier": "x"}),
+]
+
+
+def score_state(pl: PodTopologySpread, p: PodInfo, nodes: list[NodeInfo]) -> Any:
+    state = CycleState()
+    st = pl.pre_score(state, p, nodes)
+    s = state.get(PRE_SCORE_KEY)
+    if not isinstance(s, ScoreState):
+        return st
+    return (s.constraints, s.counts, s.ignored, s.weights)
+
+
+@pytest.mark.parametrize(("seed", "limit"), [(1, 1_000_000), (2, 1_000_000), (3, 7)])
+def test_pre_score_counts_kept_across_cycles_equal_counting_every_node(
+    seed: int, limit: int
+) -> None:
+    cluster = Cluster(seed, limit)
+    defaults = (
+        DefaultConstraint(3, HOST, "ScheduleAnyway"),
+        DefaultConstraint(5, ZONE, "ScheduleAnyway"),
+    )
+    args = PodTopologySpreadArgs(defaults, "List")
+    tracked = PodTopologySpread(args, Handle(cluster.snapshot, cluster.objects))  # type: ignore[arg-type]
+    scanned = PodTopologySpread(
+        args,
+        Handle(NoChangeLog(cluster.snapshot), cluster.objects),  # type: ignore[arg-type]
+    )
+    counted = 0
+    for _ in range(200):
+        for _ in range(cluster.rng.randrange(5)):
+            cluster.step()
+        cluster.snapshot.update()
+        nodes = list(cluster.snapshot.node_infos())
+        feasible = [ni for ni in nodes if cluster.rng.random() < 0.7]
+        for p in SCORED:
+            want = score_state(scanned, p, feasible)
+            assert score_state(tracked, p, feasible) == want, p.name
+            if isinstance(want, tuple) and any(any(c.values()) for c in want[1]):
+                counted += 1
+    assert counted > 100
+    # the tracked plugin kept per-node counts; the other could not (no change log)
+    assert any(a.totals for a in tracked._aggregates._by_key.values())
+    assert not any(a.totals for a in scanned._aggregates._by_key.values())
