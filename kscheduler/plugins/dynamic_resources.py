@@ -77,11 +77,11 @@ import copy
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kscheduler.framework import (
     MAX_NODE_SCORE,
@@ -456,6 +456,40 @@ def parse_args(raw: Mapping[str, Any]) -> DynamicResourcesArgs:
     return DynamicResourcesArgs(filter_timeout, binding_timeout)
 
 
+P = TypeVar("P")
+
+
+class _ParsedByVersion(Generic[P]):
+    """Objects of one cluster-scoped kind, each version parsed once (by name)."""
+
+    def __init__(self, parse: Callable[[Mapping[str, Any]], P]) -> None:
+        self._parse = parse
+        #: name -> (resourceVersion, parsed)
+        self._by_name: dict[str, tuple[str, P]] = {}
+
+    def update(self, raws: Iterable[Mapping[str, Any]]) -> tuple[list[P], bool]:
+        """(every object parsed, in the order given; whether any was added,
+        changed or removed since the last update)."""
+        out = []
+        seen = set()
+        changed = False
+        for raw in raws:
+            meta = _meta(raw)
+            name = str(meta.get("name", ""))
+            rv = str(meta.get("resourceVersion", ""))
+            seen.add(name)
+            hit = self._by_name.get(name)
+            if hit is None or hit[0] != rv:
+                hit = self._by_name[name] = (rv, self._parse(raw))
+                changed = True
+            out.append(hit[1])
+        if len(seen) != len(self._by_name):
+            changed = True
+            for gone in set(self._by_name) - seen:
+                del self._by_name[gone]
+        return out, changed
+
+
 @dataclass(slots=True, frozen=True)
 class _ClaimDevices:
     """What one version of an allocated claim takes."""
@@ -521,8 +555,7 @@ class DynamicResources:
     def __init__(self, handle: Handle | None, args: DynamicResourcesArgs | None = None) -> None:
         self.handle = handle
         self.args = args or DynamicResourcesArgs()
-        #: slice name -> (resourceVersion, parsed): each slice version is parsed once
-        self._slices: dict[str, tuple[str, Slice]] = {}
+        self._slices = _ParsedByVersion(Slice.parse)
         #: the slices grouped per node, kept while no slice changes
         self._index: SliceIndex | None = None
         #: claim namespace/name -> the devices its allocation takes (per version)
@@ -537,8 +570,8 @@ class DynamicResources:
         self._in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
         #: claim uid -> the claim as PreBind wrote it, until the informer has it
         self._assumed: dict[str, dict[str, Any]] = {}
-        #: rule name -> (resourceVersion, parsed or None when it selects nothing)
-        self._rules: dict[str, tuple[str, TaintRule | None]] = {}
+        #: each rule parsed, or None when it selects nothing
+        self._rules = _ParsedByVersion(TaintRule.parse)
         #: the last DeviceTaintRule event's answer: (old, new, devices' taints changed)
         self._last_rule_event: tuple[Any, Any, bool] | None = None
 
@@ -583,47 +616,16 @@ class DynamicResources:
     def _slice_index(self) -> SliceIndex:
         """Every slice parsed once per version, grouped per node once per slice set."""
         assert self.handle is not None
-        out = []
-        seen = set()
-        changed = self._index is None
-        for raw in self.handle.objects.list(SLICES):
-            meta = _meta(raw)
-            name = str(meta.get("name", ""))
-            rv = str(meta.get("resourceVersion", ""))
-            seen.add(name)
-            hit = self._slices.get(name)
-            if hit is None or hit[0] != rv:
-                hit = (rv, Slice.parse(raw))
-                self._slices[name] = hit
-                changed = True
-            out.append(hit[1])
-        if len(seen) != len(self._slices):
-            changed = True
-            for gone in set(self._slices) - seen:
-                del self._slices[gone]
+        slices, changed = self._slices.update(self.handle.objects.list(SLICES))
         if changed or self._index is None:
-            self._index = SliceIndex(out)
+            self._index = SliceIndex(slices)
         return self._index
 
     def _taint_rules(self) -> list[TaintRule]:
         """The DeviceTaintRules (DRADeviceTaintRules), each version parsed once."""
         assert self.handle is not None
-        out = []
-        seen = set()
-        for raw in self.handle.objects.list(TAINT_RULES):
-            meta = _meta(raw)
-            name = str(meta.get("name", ""))
-            rv = str(meta.get("resourceVersion", ""))
-            seen.add(name)
-            hit = self._rules.get(name)
-            if hit is None or hit[0] != rv:
-                hit = (rv, TaintRule.parse(raw))
-                self._rules[name] = hit
-            if hit[1] is not None:
-                out.append(hit[1])
-        for gone in set(self._rules) - seen:
-            del self._rules[gone]
-        return out
+        rules, _ = self._rules.update(self.handle.objects.list(TAINT_RULES))
+        return [rule for rule in rules if rule is not None]
 
     def claim_timed_out(self, claim: Mapping[str, Any]) -> bool:
         """Whether bindingTimeout has passed since the allocation of a claim with binding
