@@ -17,6 +17,7 @@ from kscheduler.controlplane.harness import ControlPlane
 from kscheduler.controlplane.reference import ReferenceScheduler
 from kscheduler.controlplane.rest import RestClient
 from tests.integration.runner import SCHEDULER, running_kscheduler, wait_for
+from tests.integration.test_scheduling import pod_scheduled_condition
 
 API = "/apis/resource.k8s.io/v1"
 REFERENCE = "reference-scheduler"
@@ -85,20 +86,16 @@ def _claim_spec(cls: str, driver: str, count: int) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, ns: str, scheduler: str, claim: dict[str, str]) -> dict[str, Any]:
+def claim_pod(name: str, ns: str, scheduler: str, claim: dict[str, str]) -> dict[str, Any]:
+    """A pod of ``scheduler`` using one claim (``claim``: resourceClaimName or
+    resourceClaimTemplateName) under the name "gpu"."""
     pod = make_pod(name, ns, cpu="100m", scheduler_name=scheduler)
     pod["spec"]["resourceClaims"] = [{"name": "gpu", **claim}]
     return pod
 
 
-def _condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for c in pod.get("status", {}).get("conditions") or []:
-        if c["type"] == "PodScheduled":
-            return dict(c)
-    return None
-
-
-def _devices(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
+def claim_devices(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(request, pool, device) of each result of the claim's allocation."""
     alloc = claim["status"]["allocation"]
     return [(r["request"], r["pool"], r["device"]) for r in alloc["devices"]["results"]]
 
@@ -140,7 +137,8 @@ async def test_same_devices_as_kube_scheduler(
             # the direct claim first, then the template's: the order decides devices
             for who in sides:
                 await rest.post(
-                    pods, _pod(f"{who}-a", namespace, who, {"resourceClaimName": f"{who}-direct"})
+                    pods,
+                    claim_pod(f"{who}-a", namespace, who, {"resourceClaimName": f"{who}-direct"}),
                 )
             for who in sides:
                 await rest.wait_for(
@@ -149,10 +147,13 @@ async def test_same_devices_as_kube_scheduler(
             for who in sides:
                 await rest.post(
                     pods,
-                    _pod(f"{who}-b", namespace, who, {"resourceClaimTemplateName": f"{who}-tmpl"}),
+                    claim_pod(
+                        f"{who}-b", namespace, who, {"resourceClaimTemplateName": f"{who}-tmpl"}
+                    ),
                 )
                 await rest.post(
-                    pods, _pod(f"{who}-c", namespace, who, {"resourceClaimName": f"{who}-huge"})
+                    pods,
+                    claim_pod(f"{who}-c", namespace, who, {"resourceClaimName": f"{who}-huge"}),
                 )
             got: dict[str, dict[str, Any]] = {}
             for who in sides:
@@ -162,7 +163,9 @@ async def test_same_devices_as_kube_scheduler(
                     )
 
             async def pending() -> list[dict[str, Any]] | None:
-                conds = [_condition(await rest.get(f"{pods}/{who}-c")) for who in sides]
+                conds = [
+                    pod_scheduled_condition(await rest.get(f"{pods}/{who}-c")) for who in sides
+                ]
                 if all(c and c["status"] == "False" for c in conds):
                     return [c for c in conds if c]
                 return None
@@ -186,7 +189,7 @@ async def test_same_devices_as_kube_scheduler(
             )
         for p in ("a", "b"):
             ours, theirs = claims[f"{SCHEDULER}-{p}"], claims[f"{REFERENCE}-{p}"]
-            assert _devices(ours) == _devices(theirs)
+            assert claim_devices(ours) == claim_devices(theirs)
             assert ours["status"]["allocation"].get("nodeSelector") == theirs["status"][
                 "allocation"
             ].get("nodeSelector")
@@ -196,7 +199,7 @@ async def test_same_devices_as_kube_scheduler(
             ]
             assert ours["status"]["allocation"].get("allocationTimestamp")
         # matchAttribute over the 16Gi devices or the one older than 1.1.0: A, A
-        assert _devices(claims[f"{SCHEDULER}-a"]) == [
+        assert claim_devices(claims[f"{SCHEDULER}-a"]) == [
             ("gpus", "dra-1", "gpu-0"),
             ("gpus", "dra-1", "gpu-2"),
         ]

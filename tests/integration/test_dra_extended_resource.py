@@ -21,6 +21,8 @@ from kscheduler.controlplane.harness import ControlPlane
 from kscheduler.controlplane.reference import ReferenceScheduler
 from kscheduler.controlplane.rest import ApiError, RestClient
 from tests.integration.runner import SCHEDULER, running_kscheduler, wait_for
+from tests.integration.test_dra import claim_devices
+from tests.integration.test_scheduling import pod_scheduled_condition
 
 API = "/apis/resource.k8s.io/v1"
 REFERENCE = "reference-scheduler"
@@ -59,18 +61,6 @@ def _pod(name: str, ns: str, scheduler: str, requests: dict[str, str]) -> dict[s
     resources = {"requests": requests, "limits": limits}
     containers = [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}]
     return make_pod(name, ns, scheduler_name=scheduler, containers=containers)
-
-
-def _condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for c in pod.get("status", {}).get("conditions") or []:
-        if c["type"] == "PodScheduled":
-            return dict(c)
-    return None
-
-
-def _devices(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
-    alloc = claim["status"]["allocation"]
-    return [(r["request"], r["pool"], r["device"]) for r in alloc["devices"]["results"]]
 
 
 async def test_extended_resource_devices_as_kube_scheduler(
@@ -112,7 +102,9 @@ async def test_extended_resource_devices_as_kube_scheduler(
                 await rest.post(pods, _pod(f"{who}-b", namespace, who, {implicit: "2"}))
 
             async def pending() -> list[dict[str, Any]] | None:
-                conds = [_condition(await rest.get(f"{pods}/{who}-b")) for who in sides]
+                conds = [
+                    pod_scheduled_condition(await rest.get(f"{pods}/{who}-b")) for who in sides
+                ]
                 if all(c and c["status"] == "False" for c in conds):
                     return [c for c in conds if c]
                 return None
@@ -136,8 +128,8 @@ async def test_extended_resource_devices_as_kube_scheduler(
             claims[who] = mine[0]
         ours, theirs = claims[SCHEDULER], claims[REFERENCE]
         assert (
-            _devices(ours)
-            == _devices(theirs)
+            claim_devices(ours)
+            == claim_devices(theirs)
             == [
                 ("container-0-request-1", "dra-1", "gpu-0"),
                 ("container-0-request-1", "dra-1", "gpu-1"),
@@ -280,7 +272,7 @@ async def test_claim_left_from_an_earlier_attempt_is_deleted_then_the_pod_schedu
         for who, pod in got.items():
             name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
             assert name != stale[who]
-            devices[who] = _devices(await rest.get(f"{claims_path}/{name}"))
+            devices[who] = claim_devices(await rest.get(f"{claims_path}/{name}"))
         # all four devices: only possible once the earlier claim's gpu-3 is freed
         assert devices[SCHEDULER] == devices[REFERENCE]
         assert [d for _, _, d in devices[SCHEDULER]] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]

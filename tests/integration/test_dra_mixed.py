@@ -13,24 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Any
 
-from kscheduler.controlplane.builders import create_nodes, make_node, make_pod
+from kscheduler.controlplane.builders import create_nodes, make_node
 from kscheduler.controlplane.harness import ControlPlane
 from kscheduler.controlplane.reference import ReferenceScheduler
 from kscheduler.controlplane.rest import RestClient
 from tests.integration.runner import SCHEDULER, running_kscheduler, wait_for
+from tests.integration.test_dra import claim_pod
 
 API = "/apis/resource.k8s.io/v1"
 REFERENCE = "reference-scheduler"
 NODE = "mixed-1"
 DEVICES = 6
-
-
-def _pod(name: str, ns: str, scheduler: str, claim: str) -> dict[str, Any]:
-    pod = make_pod(name, ns, cpu="100m", scheduler_name=scheduler)
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
-    return pod
 
 
 async def test_two_schedulers_one_after_another_never_share_a_device(
@@ -75,13 +69,13 @@ async def test_two_schedulers_one_after_another_never_share_a_device(
             )
         async with ref, running_kscheduler(control_plane):
             for who, name in order[:DEVICES]:
-                await rest.post(pods, _pod(name, namespace, who, name))
+                await rest.post(pods, claim_pod(name, namespace, who, {"resourceClaimName": name}))
                 await rest.wait_for(
                     f"{pods}/{name}", lambda p: p["spec"].get("nodeName"), within=60
                 )
             # one more pod for each scheduler: no device is left
             for who, name in order[DEVICES:]:
-                await rest.post(pods, _pod(name, namespace, who, name))
+                await rest.post(pods, claim_pod(name, namespace, who, {"resourceClaimName": name}))
 
             async def both_pending() -> list[str] | None:
                 out = []
