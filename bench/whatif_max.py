@@ -149,6 +149,16 @@ CASES: dict[str, dict[str, Any]] = {
             }
         }
     },
+    "spread on hostname, affinity to itself on zone": {
+        **spread(HOST, 1),
+        "affinity": {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": WEB, "topologyKey": ZONE}
+                ]
+            }
+        },
+    },
     "preferred affinity on zone": {
         "affinity": {
             "podAffinity": {

@@ -10,8 +10,10 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from operator import add, attrgetter
+from itertools import compress
+from operator import add, attrgetter, not_
 
 from kscheduler.extender import (
     EXTENDER_NAME,
@@ -141,11 +143,13 @@ class Algorithm:
         record: FilterRecord | None = None,
         sample: bool = True,
         cycle: int | None = None,
+        skip: Callable[[CycleState], AbstractSet[str]] | None = None,
     ) -> ScheduleResult:
         """Raises FitError when nothing fits, ScheduleError on a plugin error.
 
         ``cycle`` (the scheduling cycle's number) turns on opportunistic batching
-        for a profile that signs pods (see kscheduler.framework.signing)."""
+        for a profile that signs pods (see kscheduler.framework.signing). ``skip``:
+        see :meth:`find_nodes_that_fit`."""
         nodes = snapshot.node_infos()
         if not nodes:
             raise FitError(pod, 0, Diagnosis(pre_filter_msg=NO_NODES_MSG))
@@ -159,7 +163,7 @@ class Algorithm:
             assert cycle is not None
             return self._schedule_batching(fwk, state, pod, snapshot, cycle, sample)
         feasible, diagnosis = self.find_nodes_that_fit(
-            fwk, state, pod, snapshot, record=record, sample=sample
+            fwk, state, pod, snapshot, record=record, sample=sample, skip=skip
         )
         if not feasible:
             raise FitError(pod, len(nodes), diagnosis)
@@ -238,7 +242,16 @@ class Algorithm:
         sample: bool = True,
         try_nominated: bool = True,
         node_hint: Callable[[CycleState], str] | None = None,
+        skip: Callable[[CycleState], AbstractSet[str]] | None = None,
     ) -> tuple[list[NodeInfo], Diagnosis]:
+        """The feasible nodes (the first of them from the rotating start index) and
+        why the others were rejected.
+
+        ``skip``, called with the cycle state after PreFilter: names of nodes the
+        caller knows every filter rejects in this cycle (``explain --max`` proves it
+        for copies of one template). They are not filtered and get no status in the
+        diagnosis, but still count as visited where they lie, so the start index
+        moves as it would have."""
         all_nodes = snapshot.node_infos()
         diagnosis = Diagnosis()
         result, status, involved = fwk.run_pre_filter(state, pod, all_nodes)
@@ -295,9 +308,15 @@ class Algorithm:
         filters = fwk.filters_to_run(state)
         nominated_nodes = fwk.nodes_with_nominated_pods()
         order = [*nodes[start:], *nodes[:start]] if start else nodes
+        in_order: list[str] | None = None  # with nodes skipped: the names in rotation order
+        skipped = skip(state) if skip is not None else None
+        if skipped:
+            in_order = list(map(_name, order))
+            order = list(compress(order, map(not_, map(skipped.__contains__, in_order))))
+        m = len(order)
         error = Code.ERROR
         visited = 0
-        while visited < n and len(feasible) < to_find:
+        while visited < m and len(feasible) < to_find:
             size = max(to_find - len(feasible), MIN_FILTER_CHUNK)
             chunk = order[visited : visited + size]
             rejected = fwk.run_filters_on(filters, state, pod, chunk)
@@ -329,6 +348,11 @@ class Algorithm:
                         if st.code == Code.PENDING:
                             diagnosis.pending_plugins.add(st.plugin)
         if sample:
+            if in_order is not None:
+                # the skipped nodes up to the last one visited count; all of them when
+                # the search ran out of nodes
+                found = len(feasible) >= to_find
+                visited = in_order.index(order[visited - 1].name) + 1 if found else n
             self.next_start_node_index = (start + visited) % n
         return feasible, diagnosis
 

@@ -41,8 +41,11 @@ never how many fit, since a cycle finds a feasible node whenever one exists:
   placed cycle by cycle (it picks the domain), then the rest counted as above.
 * otherwise (several constraints that select the copies, claims, filters not
   known to be node-local) copies are placed cycle by cycle as the daemon would,
-  the same cycles with one shortcut: a node-local filter's verdict on a node
-  that has not changed since the last copy is reused (:class:`_KeptVerdicts`).
+  the same cycles with two shortcuts for pods without claims: a node-local
+  filter's verdict on a node that has not changed since the last copy is reused
+  (:class:`_KeptVerdicts`), and nodes that cannot fit the next copy (a domain
+  over a spread constraint's skew) or any later one (a rejection the copies
+  cannot undo) are not filtered again (:class:`_RuledOut`).
 
 Not modelled: pending pods already in the cluster competing for the same room,
 LimitRange defaults and RuntimeClass overhead (admission), HTTP extenders.
@@ -62,6 +65,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -954,22 +958,247 @@ class _KeptVerdicts:
         return kept_single, kept_batch
 
 
+#: Filters whose rejection of a node stands for every later copy of one pod template
+#: (no claims, standard resources only): they read the node, which only gains copies,
+#: and the pod's spec.
+FOR_GOOD_FILTERS = frozenset(
+    {
+        "NodeUnschedulable",
+        "NodeName",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
+        "NodeResourcesFit",
+    }
+)
+
+
+class _RuledOut:
+    """Nodes no copy of one pod template can fit, in the next cycle or (``for_good``)
+    ever again, while copies are placed cycle by cycle; the cycles skip them
+    (:meth:`Algorithm.find_nodes_that_fit`'s ``skip``), which changes no cycle.
+
+    In the next cycle: every node of a domain whose count PodTopologySpread's
+    PreFilter found above what one of its DoNotSchedule constraints allows (the
+    filter rejects them all on their label alone).
+
+    For good, from the filters' rejections, when nothing the copies add can undo
+    the rejection:
+
+    * by a filter in FOR_GOOD_FILTERS (more pods on a node only take more room);
+    * by InterPodAffinity: anti-affinity counts only grow; a node missing a pod
+      its required affinity needs in its domain gets one only if a copy lands in
+      that domain, which needs such a pod there first (or, with none anywhere and
+      the pod matching itself, the filter does not reject);
+    * by PodTopologySpread, when some constraint rejects the node however its
+      smallest count grows: counts only grow, and the smallest count can never
+      pass that of an eligible domain all of whose nodes are ruled out for good
+      (or 0 with fewer domains than minDomains); a constraint that does not
+      select the copies never changes.
+
+    The last two hold only while every copy matches the same selectors: not when
+    a selector reads a label that differs between copies, nor when existing pods'
+    anti-affinity selects the pod (``topology`` false). Nothing is ruled out while
+    pods are nominated to nodes (their filtering adds them)."""
+
+    def __init__(self, all_nodes: Sequence[NodeInfo], topology: bool) -> None:
+        self.for_good: set[str] = set()
+        self._nodes = all_nodes
+        #: whether PodTopologySpread's and InterPodAffinity's rejections may count
+        self._topology = topology
+        #: per topology key of a spread constraint, per value: its nodes not ruled
+        #: out for good (domains without any left out)
+        self._domains: dict[str, dict[str, set[str]]] | None = None
+        #: per spread constraint: the smallest count of a domain ruled out whole
+        self._frozen: list[int] = []
+        self._labels: dict[str, Mapping[str, str]] = {}
+
+    def skip(self, state: CycleState) -> AbstractSet[str]:
+        """The nodes to skip in the cycle whose PreFilter wrote ``state``."""
+        spread = state.get(pts.PRE_FILTER_KEY)
+        if not isinstance(spread, pts.FilterState) or not spread.constraints:
+            return self.for_good
+        domains = self._track(spread)
+        out: set[str] | None = None
+        for i, c in enumerate(spread.constraints):
+            counts = spread.counts[i]
+            bound = c.max_skew - spread.self_match[i] + spread.min_match(i)
+            good = self._good_bound(spread, i) if self._topology else sys.maxsize
+            live = domains[c.topology_key]
+            get = counts.get
+            for value in [v for v in live if get(v, 0) > bound]:
+                names = live[value]
+                if counts[value] > good:
+                    for name in list(names):
+                        self._rule_out(spread, name)
+                    continue
+                if out is None:
+                    out = set(self.for_good)
+                out |= names
+        return self.for_good if out is None else out
+
+    def _good_bound(self, spread: pts.FilterState, i: int) -> int:
+        """The count above which constraint ``i`` rejects a domain for good."""
+        c = spread.constraints[i]
+        if not (spread.self_match[i] and c.counts_pods):
+            return c.max_skew - spread.self_match[i] + spread.min_match(i)
+        most = 0 if len(spread.counts[i]) < c.min_domains else self._frozen[i]
+        return c.max_skew - 1 + most
+
+    def wrap(
+        self, name: str, single: FilterFn, batch: BatchFilterFn | None
+    ) -> tuple[FilterFn, BatchFilterFn | None]:
+        if name not in FOR_GOOD_FILTERS and not (self._topology and name in (pts.NAME, ipa.NAME)):
+            return single, batch
+        rejects = (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        check = self._spread_for_good if name == pts.NAME else None
+
+        def note(state: CycleState, ni: NodeInfo) -> None:
+            if check is None or check(state, ni):
+                spread = state.get(pts.PRE_FILTER_KEY)
+                self._rule_out(spread if isinstance(spread, pts.FilterState) else None, ni.name)
+
+        def watched_single(state: CycleState, pod: PodInfo, ni: NodeInfo) -> Status | None:
+            st = single(state, pod, ni)
+            if st is not None and st.code in rejects:
+                note(state, ni)
+            return st
+
+        if batch is None:
+            return watched_single, None
+        inner = batch
+
+        def watched_batch(
+            state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+        ) -> dict[int, Status]:
+            got = inner(state, pod, nodes)
+            for j, st in got.items():
+                if st.code in rejects:
+                    note(state, nodes[j])
+            return got
+
+        return watched_single, watched_batch
+
+    def _spread_for_good(self, state: CycleState, ni: NodeInfo) -> bool:
+        spread = state.get(pts.PRE_FILTER_KEY)
+        if not isinstance(spread, pts.FilterState):
+            return False
+        self._track(spread)
+        labels = ni.labels
+        for i, c in enumerate(spread.constraints):
+            value = labels.get(c.topology_key)
+            if value is None or spread.counts[i].get(value, 0) > self._good_bound(spread, i):
+                return True
+        return False
+
+    def _track(self, spread: pts.FilterState) -> dict[str, dict[str, set[str]]]:
+        if self._domains is not None:
+            return self._domains
+        domains: dict[str, dict[str, set[str]]] = {c.topology_key: {} for c in spread.constraints}
+        for ni in self._nodes:
+            labels = ni.labels
+            self._labels[ni.name] = labels
+            if ni.name in self.for_good:
+                continue
+            for k, live in domains.items():
+                if k in labels:
+                    live.setdefault(labels[k], set()).add(ni.name)
+        self._domains = domains
+        self._frozen = [sys.maxsize] * len(spread.constraints)
+        # domains ruled out whole before the spread state was first read
+        for i, c in enumerate(spread.constraints):
+            for v, count in spread.counts[i].items():
+                if v not in domains[c.topology_key]:
+                    self._frozen[i] = min(self._frozen[i], count)
+        return domains
+
+    def _rule_out(self, spread: pts.FilterState | None, name: str) -> None:
+        if name in self.for_good:
+            return
+        self.for_good.add(name)
+        if spread is None or not spread.constraints:
+            return
+        if self._domains is None:
+            self._track(spread)  # this node already left out
+            return
+        labels = self._labels[name]
+        for key, live in self._domains.items():
+            value = labels.get(key)
+            names = live.get(value) if value is not None else None
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del live[value]  # type: ignore[arg-type]
+        for i, c in enumerate(spread.constraints):
+            value = labels.get(c.topology_key)
+            if value is None or value in self._domains[c.topology_key]:
+                continue
+            count = spread.counts[i].get(value)
+            if count is not None:
+                # an eligible domain no copy can land in: its count stays
+                self._frozen[i] = min(self._frozen[i], count)
+
+
+def _topology_rules_hold(state: CycleState, varying: set[str]) -> bool:
+    """Whether every copy matches the same spread and affinity selectors (see
+    :class:`_RuledOut`)."""
+    if not varying:
+        return True
+    spread = state.get(pts.PRE_FILTER_KEY)
+    if isinstance(spread, pts.FilterState):
+        for c in spread.constraints:
+            if c.selector is not None and _selector_keys(c.selector) & varying:
+                return False
+    affinity = state.get(ipa.PRE_FILTER_KEY)
+    if isinstance(affinity, ipa.FilterState):
+        if affinity.existing_anti_affinity_counts:
+            return False
+        for t in (*affinity.affinity, *affinity.anti_affinity):
+            if _selector_keys(t.selector) & varying:
+                return False
+    return True
+
+
 @contextmanager
-def _verdicts_kept(fwk: Framework, pod: PodInfo) -> Iterator[None]:
-    """While placing copies of ``pod`` cycle by cycle, the node-local filters'
-    verdicts on unchanged nodes are reused (the same verdicts, so the same cycles)."""
+def _fast_cycles(
+    fwk: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    all_nodes: Sequence[NodeInfo],
+    varying: set[str],
+) -> Iterator[Callable[[CycleState], AbstractSet[str]] | None]:
+    """While copies of ``pod`` are placed cycle by cycle: node-local verdicts on
+    unchanged nodes reused (:class:`_KeptVerdicts`) and the nodes ruled out for good
+    (:class:`_RuledOut`, whose ``skip`` is yielded) skipped; the cycles are the daemon's."""
     if not _keeps_verdicts(pod):
-        yield
+        yield None
         return
     restore = fwk.wrap_filters(_KeptVerdicts().wrap)
+    if fwk.nodes_with_nominated_pods():
+        try:
+            yield None
+        finally:
+            restore()
+        return
+    ruled_out = _RuledOut(all_nodes, _topology_rules_hold(state, varying))
+    restore_outer = fwk.wrap_filters(ruled_out.wrap)
     try:
-        yield
+        yield ruled_out.skip
     finally:
+        restore_outer()
         restore()
 
 
-def _cycle(s: _Session, doc: Document, w: Workload, fwk: Framework, i: int) -> str:
-    """Copy ``i`` placed as the daemon's cycle places it: its node, or "" if none fits."""
+def _cycle(
+    s: _Session,
+    doc: Document,
+    w: Workload,
+    fwk: Framework,
+    i: int,
+    skip: Callable[[CycleState], AbstractSet[str]] | None = None,
+) -> str:
+    """Copy ``i`` placed as the daemon's cycle places it: its node, or "" if none fits
+    (``skip``: nodes known to fit no copy)."""
     app = s.app
     raw = w.pod(i)
     s.add_claims(w, i)
@@ -977,7 +1206,7 @@ def _cycle(s: _Session, doc: Document, w: Workload, fwk: Framework, i: int) -> s
     app.snapshot.update()
     state = CycleState()
     try:
-        res = app.algorithm.schedule_pod(fwk, state, pod, app.snapshot)
+        res = app.algorithm.schedule_pod(fwk, state, pod, app.snapshot, skip=skip)
     except FitError:
         return ""
     except ScheduleError as se:
@@ -1052,8 +1281,8 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
                 count += n
             done = True
     if not done:
-        with _verdicts_kept(fwk, probe):
-            while node := _cycle(s, doc, w, fwk, count):
+        with _fast_cycles(fwk, state, probe, app.snapshot.node_infos(), varying) as skip:
+            while node := _cycle(s, doc, w, fwk, count, skip):
                 per_node[node] += 1
                 count += 1
     # the first copy that does not fit: the full explanation, preemption included
