@@ -3,9 +3,11 @@ the pods their controllers would create.
 
 A file holds one or more YAML documents (JSON is YAML too), each a Kubernetes
 object or a ``List`` of them. Pod-producing kinds are Pod, Deployment, ReplicaSet,
-StatefulSet, Job and DaemonSet; PodDisruptionBudget, Service and
-PersistentVolumeClaim are accepted as objects the plugins read (preemption reads
-PDBs, default topology spreading reads Services, volume binding reads claims).
+StatefulSet, Job and DaemonSet; PodDisruptionBudget, Service,
+PersistentVolumeClaim, ResourceClaim and ResourceClaimTemplate are accepted as
+objects the plugins read (preemption reads PDBs, default topology spreading
+reads Services, volume binding reads claims, DynamicResources reads
+ResourceClaims, which the what-if makes from templates as below).
 
 Pods are derived as the controllers and the API server's admission would make
 them, as far as the scheduler can see:
@@ -21,6 +23,10 @@ them, as far as the scheduler can see:
   ReplicaSet or StatefulSet;
 - a StatefulSet's claims ``<template>-<sts>-<ordinal>`` from its
   volumeClaimTemplates, mounted in place of the template's volume of that name;
+- a ResourceClaim per ``spec.resourceClaims`` entry that names a
+  ResourceClaimTemplate, as the resourceclaim controller makes it (see
+  :func:`claim_from_template`), recorded in the pod's
+  ``status.resourceClaimStatuses``;
 - a DaemonSet's pod per eligible node (the node's labels match the template's
   nodeSelector and required node affinity, and the template, with the
   controller's default tolerations, tolerates its NoSchedule and NoExecute
@@ -54,6 +60,8 @@ OBJECT_KINDS = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "Service": "services",
     "PersistentVolumeClaim": "persistentvolumeclaims",
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
 }
 API_VERSIONS = {
     "Pod": ("v1",),
@@ -65,7 +73,13 @@ API_VERSIONS = {
     "DaemonSet": ("apps/v1",),
     "Job": ("batch/v1",),
     "PodDisruptionBudget": ("policy/v1",),
+    "ResourceClaim": ("resource.k8s.io/v1",),
+    "ResourceClaimTemplate": ("resource.k8s.io/v1",),
 }
+
+#: The annotation the resourceclaim controller puts on a claim it made for a pod:
+#: the name of the pod's spec.resourceClaims entry.
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
 #: Tolerations the DaemonSet controller adds to every daemon pod.
 DAEMON_TOLERATIONS: tuple[tuple[str, str], ...] = (
@@ -193,7 +207,8 @@ def check_document(doc: Document, obj: Any, namespace: str) -> None:
         ):
             raise doc.error(f"metadata.{key}", "expected a map of strings")
     spec = obj.get("spec")
-    if (kind in POD_KINDS or kind == "PodDisruptionBudget") and not isinstance(spec, dict):
+    spec_required = (*POD_KINDS, "PodDisruptionBudget", "ResourceClaim", "ResourceClaimTemplate")
+    if kind in spec_required and not isinstance(spec, dict):
         raise doc.error("spec", "missing" if spec is None else "expected an object")
     if kind == "Pod":
         _check_pod_spec(doc, obj, "")
@@ -656,6 +671,47 @@ def object_of(doc: Document) -> tuple[str, JSON]:
     if doc.kind == "PersistentVolumeClaim":
         obj.setdefault("status", {"phase": "Pending"})
     return OBJECT_KINDS[doc.kind], obj
+
+
+def claim_from_template(pod: JSON, entry_name: str, template: JSON) -> JSON:
+    """The ResourceClaim the resourceclaim controller makes for the pod's
+    spec.resourceClaims entry ``entry_name`` from ``template``: named
+    ``<pod>-<entry>-<5 chars>`` (both parts cut in proportion past 57
+    characters), owned by the pod, with the template's labels and annotations plus
+    the pod-claim-name annotation, and the template's claim spec."""
+    meta = pod["metadata"]
+    base = f"{meta['name']}-{entry_name}-"
+    if len(base) > 57:
+        pod_name, n = meta["name"], len(base)
+        base = f"{pod_name[: len(pod_name) * 57 // n]}-{entry_name[: len(entry_name) * 57 // n]}"
+    rng = random.Random(f"{meta['namespace']}/{meta['name']}/{entry_name}")
+    tmeta = (template.get("spec") or {}).get("metadata") or {}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": base + _suffix(rng),
+            "namespace": meta["namespace"],
+            "uid": fake_uid("ResourceClaim", meta["namespace"], meta["name"], entry_name),
+            "resourceVersion": "1",
+            "labels": dict(tmeta.get("labels") or {}),
+            "annotations": {
+                **(tmeta.get("annotations") or {}),
+                POD_CLAIM_NAME_ANNOTATION: entry_name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
+        "status": {},
+    }
 
 
 def pdb_disruptions_allowed(pdb: JSON, matching: int, healthy: int) -> int:

@@ -91,6 +91,7 @@ from kscheduler.manifests import (
     Document,
     ManifestError,
     Workload,
+    claim_from_template,
     fake_uid,
     object_of,
     pdb_disruptions_allowed,
@@ -107,6 +108,7 @@ if TYPE_CHECKING:
     from kscheduler.framework.runtime import BatchFilterFn, FilterFn, Framework
 
 JSON = dict[str, Any]
+RESOURCE_API = "/apis/resource.k8s.io/v1"
 
 #: Filter plugins whose verdict on a node depends only on that node and the pod
 #: (given the conditions checked in :func:`_plan`).
@@ -216,6 +218,9 @@ class _Session:
         #: manifest PDBs, refreshed before each evaluation
         self.pdbs: list[JSON] = []
         self.seq = 0
+        #: ResourceClaimTemplates by (namespace, name): the manifests', then the
+        #: cluster's ones the pods name (see :meth:`read_claim_templates`)
+        self.claim_templates: dict[tuple[str, str], JSON] = {}
 
     # ---- the objects ----
     def put(self, kind: str, obj: JSON) -> None:
@@ -272,10 +277,59 @@ class _Session:
         meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         meta["resourceVersion"] = "1"
         self._priority(doc, spec)
+        self._claims_from_templates(raw)
         pod = parse_pod(raw)
         if pod.parse_error is not None:  # checked when read; a derived field went wrong
             raise doc.error("", f"derived pod does not parse: {pod.parse_error}")
         return pod
+
+    def _claims_from_templates(self, raw: JSON) -> None:
+        """The ResourceClaims the resourceclaim controller makes for the pod's
+        entries that name a template, and the pod's status listing them."""
+        ns = raw["metadata"]["namespace"]
+        statuses = []
+        for entry in raw["spec"].get("resourceClaims") or []:
+            if not isinstance(entry, dict) or not entry.get("resourceClaimTemplateName"):
+                continue
+            template = self.claim_templates[ns, entry["resourceClaimTemplateName"]]
+            claim = claim_from_template(raw, str(entry.get("name", "")), template)
+            self.put("resourceclaims", claim)
+            statuses.append(
+                {"name": entry.get("name", ""), "resourceClaimName": claim["metadata"]["name"]}
+            )
+        if statuses:
+            raw.setdefault("status", {})["resourceClaimStatuses"] = statuses
+
+    async def read_claim_templates(self, docs: Sequence[Document]) -> None:
+        """The ResourceClaimTemplates the pods of ``docs`` name, from the manifests
+        or else the cluster; a template found in neither is the manifest's error."""
+        for d in docs:
+            if d.kind == "ResourceClaimTemplate":
+                self.claim_templates[d.namespace, d.name] = object_of(d)[1]
+        for d in docs:
+            if d.kind not in _POD_KINDS:
+                continue
+            prefix = "spec." if d.kind == "Pod" else "spec.template.spec."
+            spec = d.obj["spec"] if d.kind == "Pod" else d.obj["spec"]["template"]["spec"]
+            for i, entry in enumerate(spec.get("resourceClaims") or []):
+                name = entry.get("resourceClaimTemplateName") if isinstance(entry, dict) else None
+                if not name or (d.namespace, name) in self.claim_templates:
+                    continue
+                path = f"{RESOURCE_API}/namespaces/{d.namespace}/resourceclaimtemplates/{name}"
+                try:
+                    self.claim_templates[d.namespace, name] = await self.kube.get_json(path)
+                except ApiError as e:
+                    field_path = f"{prefix}resourceClaims[{i}].resourceClaimTemplateName"
+                    if e.status == 404:
+                        raise d.error(
+                            field_path,
+                            f"no ResourceClaimTemplate {name!r} in namespace {d.namespace!r} "
+                            "(neither in the manifests nor in the cluster)",
+                        ) from e
+                    raise ExplainError(
+                        f"{d.source}: document {d.index}: {field_path}: cannot read "
+                        f"ResourceClaimTemplate {d.namespace}/{name} from the cluster: {e}"
+                    ) from e
 
     def _priority(self, doc: Document, spec: JSON) -> None:
         name = spec.get("priorityClassName")
@@ -484,11 +538,13 @@ async def place_documents(
         kind, obj = object_of(d)
         if d.kind == "PodDisruptionBudget":
             s.pdbs.append(obj)
-        s.put(kind, obj)
+        if d.kind != "ResourceClaimTemplate":  # read by the what-if, not by plugins
+            s.put(kind, obj)
         result.objects.append(f"{d.kind} {d.namespace}/{d.name}")
     for _, w in workloads:
         for kind, obj in w.owners:
             s.put(kind, obj)
+    await s.read_claim_templates(docs)
     app.snapshot.update()
 
     to_place = workloads[:-1] if max_mode else workloads
