@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ PATHS = {
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
     "Job": "/apis/batch/v1/namespaces/{ns}/jobs",
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "ResourceClaimTemplate": "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
 }
 
 
@@ -302,6 +304,75 @@ async def test_max_with_required_anti_affinity_matches_the_daemon(
         "0/4 nodes are available: 1 node(s) had untolerated taint(s), "
         "3 node(s) didn't match pod anti-affinity rules."
     )
+
+
+async def test_max_with_claims_from_a_template_matches_the_daemon(
+    control_plane: ControlPlane,
+    rest: RestClient,
+    namespace: str,
+    fresh_nodes: None,
+    tmp_path: Path,
+) -> None:
+    """Each copy gets its own claim from the template (the controller-manager makes
+    them when the Deployment is applied): the devices decide how many fit."""
+    driver = f"wi-{uuid.uuid4().hex[:6]}.example.com"
+    api = "/apis/resource.k8s.io/v1"
+    await create_nodes(rest, [make_node(n, cpu="8", memory="16Gi") for n in ("n1", "n2", "n3")])
+    cluster_scoped = [
+        (
+            f"{api}/deviceclasses",
+            {
+                "metadata": {"name": driver},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+            },
+        )
+    ]
+    for node_name, devices in (("n1", 2), ("n2", 1)):
+        spec = {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"dev-{i}"} for i in range(devices)],
+        }
+        cluster_scoped.append(
+            (f"{api}/resourceslices", {"metadata": {"name": f"{node_name}-{driver}"}, "spec": spec})
+        )
+    claim_template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-device"},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": driver}}]}
+            }
+        },
+    }
+    claims = [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
+    tmpl = template({"app": "web"}, "100m", "64Mi", resourceClaims=claims)
+    try:
+        for path, obj in cluster_scoped:
+            await rest.post(path, obj)
+        data = await what_if(
+            control_plane,
+            tmp_path,
+            namespace,
+            claim_template,
+            controller("Deployment", "web", 1, tmpl),
+            extra=("--max",),
+        )
+        got = data["max"]
+        assert got["fit"] == 3 and got["perNode"] == {"n1": 2, "n2": 1}, got
+        assert got["method"] == "cycle-by-cycle"
+        assert "cannot allocate all claims" in got["next"]["fitError"], got
+        async with running_kscheduler(control_plane):
+            await apply(rest, namespace, claim_template)
+            await apply(rest, namespace, controller("Deployment", "web", 4, tmpl))
+            bound, messages = await settle(rest, namespace, "app=web", 4, 1)
+        assert bound == Counter(got["perNode"])
+        assert messages == [got["next"]["fitError"]]
+    finally:
+        for path, obj in cluster_scoped:
+            await rest.delete(f"{path}/{obj['metadata']['name']}")
 
 
 async def test_several_files_in_order_replicaset_job_pod(
