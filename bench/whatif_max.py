@@ -159,6 +159,9 @@ CASES: dict[str, dict[str, Any]] = {
             }
         },
     },
+    "one device per copy (claim template)": {
+        "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
+    },
     "preferred affinity on zone": {
         "affinity": {
             "podAffinity": {
@@ -172,7 +175,8 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def deployment(extra: dict[str, Any]) -> str:
-    return yaml.safe_dump(
+    template = yaml.safe_dump(CLAIM_TEMPLATE) + "---\n" if "resourceClaims" in extra else ""
+    return template + yaml.safe_dump(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -199,7 +203,22 @@ def deployment(extra: dict[str, Any]) -> str:
     )
 
 
-def app_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> SchedulerApp:
+DRIVER = "dev.example.com"
+CLAIM_TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "one-device", "namespace": "default"},
+    "spec": {
+        "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": "dev"}}]}}
+    },
+}
+
+
+def app_of(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], devices: int = 0
+) -> SchedulerApp:
+    """The cluster in a daemon's cache; ``devices``: a ResourceSlice of that many
+    devices on each node, and a DeviceClass ``dev`` selecting them."""
     registry = in_tree_registry()
     cfg = load_config("", registry=registry)
     app = SchedulerApp(cfg, registry, DryRunKubeClient(KubeConfig("http://127.0.0.1:9")))
@@ -207,6 +226,26 @@ def app_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Scheduler
         app.cache.add_node(parse_node(copy.deepcopy(n)))
     for p in pods:
         app.cache.add_pod(parse_pod(copy.deepcopy(p)))
+    if devices:
+        slices = app.informers.informer("resourceslices")
+        for n in nodes:
+            name = n["metadata"]["name"]
+            spec = {
+                "driver": DRIVER,
+                "nodeName": name,
+                "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"dev-{i}"} for i in range(devices)],
+            }
+            meta = {"name": f"{name}-dev", "uid": f"slice-{name}", "resourceVersion": "1"}
+            slices.apply("ADDED", {"metadata": meta, "spec": spec})
+        expression = f'device.driver == "{DRIVER}"'
+        app.informers.informer("deviceclasses").apply(
+            "ADDED",
+            {
+                "metadata": {"name": "dev", "uid": "class-dev", "resourceVersion": "1"},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]},
+            },
+        )
     app.snapshot.update()
     return app
 
@@ -233,11 +272,13 @@ def after(app: SchedulerApp, text: str, method: str) -> dict[str, Any]:
 
 def before(app: SchedulerApp, text: str, copies: int) -> float:
     """CPU seconds per copy placed cycle by cycle (the first ``copies`` copies)."""
-    (doc,) = read_documents("web.yaml", text)
+    docs = read_documents("web.yaml", text)
+    doc = docs[-1]
     w = workload(doc)
     kube = app.kube
     assert isinstance(kube, DryRunKubeClient)
     s = _Session(app, kube, None, [])
+    asyncio.run(s.read_claim_templates(docs))
     fwk = next(iter(app.frameworks.values()))
     started = time.process_time()
     for i in range(copies):
@@ -260,14 +301,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.case and not any(name.startswith(c) for c in args.case):
             continue
         text = deployment(extra)
-        row: dict[str, Any] = {"case": name, **after(app_of(nodes, pods), text, "auto")}
+        devices = 4 if "resourceClaims" in extra else 0
+        row: dict[str, Any] = {
+            "case": name,
+            **after(app_of(nodes, pods, devices), text, "auto"),
+        }
         if args.full_before:
-            full = after(app_of(nodes, pods), text, "cycles")
+            full = after(app_of(nodes, pods, devices), text, "cycles")
             assert full["count"] == row["count"], (full, row)
             row["before_seconds"] = full["cpu_seconds"]
             row["before"] = "measured"
         elif args.before_copies > 0:
-            per_copy = before(app_of(nodes, pods), text, min(args.before_copies, row["count"]))
+            per_copy = before(
+                app_of(nodes, pods, devices), text, min(args.before_copies, row["count"])
+            )
             row["before_ms_per_copy"] = round(per_copy * 1000, 1)
             row["before_seconds"] = round(per_copy * row["count"], 1)
             row["before"] = f"estimated from {min(args.before_copies, row['count'])} copies"

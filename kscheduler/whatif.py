@@ -619,7 +619,9 @@ def _varying_labels(w: Workload) -> set[str]:
     return {k for k, _ in a ^ b}
 
 
-def _plan(fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str]) -> _Plan:
+def _plan(
+    fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str], claims_local: bool = False
+) -> _Plan:
     """Which counting is exact for copies of ``pod`` (see the module's docstring).
 
     A filter is node-local when a copy placed on one node changes no other node's
@@ -637,8 +639,12 @@ def _plan(fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str]) ->
     for v in spec.get("volumes") or []:
         if isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v):
             return _cycles("the pod mounts claims")
-    if spec.get("resourceClaims"):
-        return _cycles("the pod has resource claims")
+    claims = bool(spec.get("resourceClaims"))
+    if claims and not claims_local:
+        return _cycles(
+            "the pod has resource claims that are not each copy's own, or devices that "
+            "are not each on one node"
+        )
     spread = state.get(pts.PRE_FILTER_KEY) if pts.NAME in names else None
     affinity = state.get(ipa.PRE_FILTER_KEY) if ipa.NAME in names else None
     if spread is not None and not isinstance(spread, pts.FilterState):
@@ -674,12 +680,16 @@ def _plan(fwk: Framework, state: CycleState, pod: PodInfo, varying: set[str]) ->
         return _cycles(
             "the pod's required anti-affinity to its own copies has several topology keys"
         )
+    if first and claims:
+        return _cycles("the pod has resource claims and required affinity to itself")
     if first:
         return _Plan(
             "first-copy", spread=dynamic[0] if dynamic else -1, anti_key=",".join(anti_keys)
         )
     if not dynamic and not anti_keys:
         return _Plan("per-node")
+    if claims:
+        return _cycles("the pod has resource claims and a constraint that selects its copies")
     plan = _Plan("per-domain")
     rules = []
     if dynamic:
@@ -727,6 +737,63 @@ def _fill(
             placed.append(copy_)
         if placed:
             out[ni.name] = placed
+    return out
+
+
+def _claims_local(s: _Session, pod: PodInfo) -> bool:
+    """Whether DynamicResources is node-local for copies of ``pod``: each claim is
+    made from a template for the copy alone, every device is in a ResourceSlice of
+    one node (``nodeName``, each pool on one node), and the pod requests no
+    extended resource (which devices elsewhere might back)."""
+    spec = pod.raw.get("spec") or {}
+    entries = spec.get("resourceClaims") or []
+    if not entries:
+        return False
+    if not all(isinstance(e, dict) and e.get("resourceClaimTemplateName") for e in entries):
+        return False
+    if not _plain_resources_only(pod):
+        return False
+    inf = s.app.informers.get("resourceslices")
+    pools: dict[tuple[str, str], str] = {}
+    for sl in inf.list() if inf is not None else []:
+        sspec = sl.get("spec") or {}
+        node = sspec.get("nodeName")
+        if not node or sspec.get("perDeviceNodeSelection"):
+            return False
+        pool = (str(sspec.get("driver")), str((sspec.get("pool") or {}).get("name")))
+        if pools.setdefault(pool, node) != node:
+            return False
+    return True
+
+
+def _fill_with_claims(
+    s: _Session, doc: Document, w: Workload, fwk: Framework, nodes: Sequence[NodeInfo], first: int
+) -> dict[str, int]:
+    """Copies per node for a pod whose claims are node-local (:func:`_claims_local`):
+    node after node, each copy made with its own claims, through PreFilter and the
+    node's filters, then assumed and reserved there as the daemon would (its claims'
+    devices taken), until the node takes no more. Copies on one node take nothing
+    another node could give, so the order changes no count."""
+    out: dict[str, int] = {}
+    i = first
+    for ni in nodes:
+        while True:
+            raw = w.pod(i)
+            pod = s.admit(doc, raw)
+            s.app.snapshot.update()
+            state = CycleState()
+            pre, status, _ = fwk.run_pre_filter(state, pod, s.app.snapshot.node_infos())
+            if status is not None:
+                return out  # no copy fits anywhere
+            if pre is not None and pre.node_names is not None and ni.name not in pre.node_names:
+                break
+            current = s.app.snapshot.get(ni.name)
+            if current is None or fwk.run_filter_with_nominated_pods(state, pod, current):
+                break
+            s.assume(pod, raw, ni.name)
+            s.reserve(fwk, state, pod, ni.name)
+            out[ni.name] = out.get(ni.name, 0) + 1
+            i += 1
     return out
 
 
@@ -950,6 +1017,12 @@ def _keeps_verdicts(pod: PodInfo) -> bool:
     spec = pod.raw.get("spec") or {}
     if spec.get("resourceClaims"):
         return False
+    return _plain_resources_only(pod)
+
+
+def _plain_resources_only(pod: PodInfo) -> bool:
+    """The pod requests and limits only CPU, memory, ephemeral storage and hugepages."""
+    spec = pod.raw.get("spec") or {}
     containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
     blocks = [c.get("resources") or {} for c in containers if isinstance(c, dict)]
     blocks.append(spec.get("resources") or {})
@@ -1292,7 +1365,7 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
         elif method == "cycles":
             plan = _cycles("asked to")
         else:
-            plan = _plan(fwk, state, probe, varying)
+            plan = _plan(fwk, state, probe, varying, _claims_local(s, probe))
         if plan.method != "first-copy":
             break
         if plan.spread < 0:
@@ -1320,7 +1393,12 @@ async def _max(s: _Session, doc: Document, w: Workload, *, method: str = "auto")
             i += 1
 
     done = False
-    if plan.method == "per-node":
+    if plan.method == "per-node" and probe.spec.get("resourceClaims"):
+        for name, n in _fill_with_claims(s, doc, w, fwk, nodes, count).items():
+            per_node[name] += n
+            count += n
+        done = True
+    elif plan.method == "per-node":
         filled = _fill(s, fwk, state, probe, nodes, names(), lambda ni: None)
         for name, copies in filled.items():
             per_node[name] += len(copies)

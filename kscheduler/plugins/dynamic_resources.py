@@ -558,6 +558,8 @@ class DynamicResources:
         self._slices = _ParsedByVersion(Slice.parse)
         #: the slices grouped per node, kept while no slice changes
         self._index: SliceIndex | None = None
+        #: the slice lister's cursor (changes_since) when _index was last checked
+        self._slices_cursor: int | None = None
         #: claim namespace/name -> the devices its allocation takes (per version)
         self._claim_devices: dict[str, _ClaimDevices] = {}
         #: the sum of _claim_devices
@@ -568,6 +570,10 @@ class DynamicResources:
         self._dirty_claims: set[str] = set()
         #: claim uid -> (namespace/name, allocation) between Reserve and PreBind
         self._in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
+        #: the devices of _in_flight's allocations, per claim uid and summed (many
+        #: stay in flight while ``explain --max`` reserves copy after copy)
+        self._in_flight_devices: dict[str, _ClaimDevices] = {}
+        self._in_flight_sum = _ClusterDevices()
         #: claim uid -> the claim as PreBind wrote it, until the informer has it
         self._assumed: dict[str, dict[str, Any]] = {}
         #: each rule parsed, or None when it selects nothing
@@ -614,9 +620,18 @@ class DynamicResources:
         return out
 
     def _slice_index(self) -> SliceIndex:
-        """Every slice parsed once per version, grouped per node once per slice set."""
+        """Every slice parsed once per version, grouped per node once per slice set
+        (not even listed again while the lister says no slice changed)."""
         assert self.handle is not None
-        slices, changed = self._slices.update(self.handle.objects.list(SLICES))
+        lister = self.handle.objects
+        if isinstance(lister, ObjectChanges):
+            cursor, keys = lister.changes_since(SLICES, self._slices_cursor)
+            unchanged = keys is not None and not keys and self._index is not None
+            self._slices_cursor = cursor
+            if unchanged:
+                assert self._index is not None
+                return self._index
+        slices, changed = self._slices.update(lister.list(SLICES))
         if changed or self._index is None:
             self._index = SliceIndex(slices)
         return self._index
@@ -693,14 +708,29 @@ class DynamicResources:
         """The devices of every allocated claim and of the allocations in flight, and
         the shared ones (consumable capacity) with the capacity their shares take."""
         cluster = self._cluster_devices()
-        in_flight = [{"status": {"allocation": a}} for _, a in self._in_flight.values()]
         taken = set(cluster.owners)
         shared: dict[DeviceID, dict[str, Decimal]] = {}
         _add_shares(shared, cluster.shares)
-        if in_flight:
-            taken |= allocated_devices(in_flight)
-            _add_shares(shared, shared_capacity(in_flight))
+        if self._in_flight:
+            taken.update(self._in_flight_sum.owners)
+            _add_shares(shared, self._in_flight_sum.shares)
         return taken, shared
+
+    def _start_in_flight(self, uid: str, key: str, allocation: dict[str, Any]) -> None:
+        self._end_in_flight(uid)
+        self._in_flight[uid] = (key, allocation)
+        claim = ({"status": {"allocation": allocation}},)
+        devices = _ClaimDevices(
+            "", uid, key, frozenset(allocated_devices(claim)), shared_capacity(claim)
+        )
+        self._in_flight_devices[uid] = devices
+        self._in_flight_sum.add(devices)
+
+    def _end_in_flight(self, uid: str) -> None:
+        self._in_flight.pop(uid, None)
+        devices = self._in_flight_devices.pop(uid, None)
+        if devices is not None:
+            self._in_flight_sum.remove(devices)
 
     def _allocated_to_another_claim(
         self, uid: str, allocation: Mapping[str, Any]
@@ -1179,7 +1209,7 @@ class DynamicResources:
             if info.extended:
                 info.node_claim, info.mappings = s.node_extended[node_name]
             meta = _meta(info.claim)
-            self._in_flight[info.uid] = (f"{meta.get('namespace')}/{meta.get('name')}", alloc)
+            self._start_in_flight(info.uid, f"{meta.get('namespace')}/{meta.get('name')}", alloc)
         return None
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
@@ -1188,7 +1218,7 @@ class DynamicResources:
             return
         for info in s.claims:
             if info.allocation is not None:
-                self._in_flight.pop(info.reserved_uid or info.uid, None)
+                self._end_in_flight(info.reserved_uid or info.uid)
                 if self._assumed.pop(info.uid, None) is not None:
                     self._dirty_claims.add(_key(info.claim))
             if info.extended:
@@ -1263,7 +1293,7 @@ class DynamicResources:
                 return Status.as_error(str(exc) or type(exc).__name__)
             written.append(uid)
         for uid in written:
-            self._in_flight.pop(uid, None)
+            self._end_in_flight(uid)
         if not any(_has_binding_conditions(info.claim) for info in s.claims):
             return None
         return await self._wait_for_binding_conditions(s, pod, node_name)

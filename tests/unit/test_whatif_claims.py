@@ -5,6 +5,7 @@ taken."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -62,8 +63,8 @@ def template(name: str, count: int = 1) -> dict[str, Any]:
     }
 
 
-def gpu_app(per_node: dict[str, int]) -> Any:
-    nodes = [node(n).alloc(cpu="8", memory="16Gi", pods="110").record() for n in per_node]
+def gpu_app(per_node: dict[str, int], cpu: str = "8") -> Any:
+    nodes = [node(n).alloc(cpu=cpu, memory="16Gi", pods="110").record() for n in per_node]
     app, kube = app_with(nodes)
     for name, n in per_node.items():
         if n:
@@ -73,11 +74,13 @@ def gpu_app(per_node: dict[str, int]) -> Any:
     return app, kube
 
 
-def gpu_deployment(replicas: int, template_name: str = "one-gpu") -> dict[str, Any]:
+def gpu_deployment(
+    replicas: int, template_name: str = "one-gpu", cpu: str = "100m"
+) -> dict[str, Any]:
     return deployment(
         "trainer",
         replicas,
-        req={"cpu": "100m", "memory": "64Mi"},
+        req={"cpu": cpu, "memory": "64Mi"},
         resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": template_name}],
     )
 
@@ -108,7 +111,7 @@ def test_max_counts_the_devices_the_copies_claims_take() -> None:
     result = run(
         app, kube, docs_of(template("two-gpus", 2), gpu_deployment(1, "two-gpus")), max_mode=True
     )
-    assert result.max is not None
+    assert result.max is not None and result.max.method == "per-node"
     assert result.max.count == 2  # a and b hold one pair each; d has one device
     assert result.max.per_node == {"a": 1, "b": 1}
     assert result.max.next is not None
@@ -142,3 +145,38 @@ def test_claim_names_are_cut_in_proportion_as_the_controller_cuts_them() -> None
     )
     assert short["metadata"]["name"].startswith("web-1-gpu-")
     assert len(short["metadata"]["name"]) == len("web-1-gpu-") + 5
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_max_per_node_with_claims_equals_cycle_by_cycle_placement(seed: int) -> None:
+    rng = random.Random(seed)
+    per_node = {f"n{i}": rng.choice([0, 1, 2, 3, 5]) for i in range(rng.randint(2, 9))}
+    cpu = rng.choice(["100m", "1", "2"])
+    want = rng.choice([1, 1, 2])
+    docs = docs_of(template("t", want), gpu_deployment(1, "t", cpu=cpu))
+    app, kube = gpu_app(per_node, cpu="4")
+    fast = run(app, kube, docs, max_mode=True)
+    app2, kube2 = gpu_app(per_node, cpu="4")
+    slow = run(app2, kube2, docs, max_mode=True, max_method="cycles")
+    assert fast.max is not None and slow.max is not None
+    assert fast.max.method == "per-node" and slow.max.method == "cycle-by-cycle"
+    assert fast.max.count == slow.max.count, (per_node, cpu, want)
+    assert fast.max.per_node == slow.max.per_node
+    assert fast.max.next is not None and slow.max.next is not None
+    assert fast.max.next.fit_error == slow.max.next.fit_error
+
+
+def test_devices_of_several_nodes_or_claims_shared_by_the_copies_are_placed_cycle_by_cycle() -> (
+    None
+):
+    app, kube = gpu_app({"a": 2, "b": 2})
+    shared = gpu_slice("a", 1)
+    shared["metadata"]["name"] = "rack"
+    del shared["spec"]["nodeName"]
+    shared["spec"]["allNodes"] = True
+    shared["spec"]["pool"]["name"] = "rack"
+    app.informers.informer("resourceslices").apply("ADDED", shared)
+    result = run(app, kube, docs_of(template("one-gpu"), gpu_deployment(1)), max_mode=True)
+    assert result.max is not None and result.max.method == "cycle-by-cycle"
+    assert result.max.count == 5
+    assert "not each on one node" in result.max.why_cycles
