@@ -30,8 +30,10 @@ never how many fit, since a cycle finds a feasible node whenever one exists:
 
 * per-node: every filter that runs is node-local (a copy placed on one node
   changes no other node's verdict: resources, ports, taints, node affinity,
-  spreading and pod (anti-)affinity whose selectors do not select the pod, no
-  claims); the count is the sum over nodes of how many copies each takes.
+  spreading and pod (anti-)affinity whose selectors do not select the pod,
+  claims only when each copy's own and every device on one node, see
+  :func:`_claims_local`); the count is the sum over nodes of how many copies
+  each takes.
 * per-domain: one DoNotSchedule spread constraint selects the copies (and no
   anti-affinity does): each domain's room is counted per node as above with the
   other filters, then :func:`spread_quotas` fills the domains to the one end
@@ -39,8 +41,8 @@ never how many fit, since a cycle finds a feasible node whenever one exists:
   select the copies share one topology key: one copy per domain with room.
 * required affinity to itself with no pod selected yet: the first copy is
   placed cycle by cycle (it picks the domain), then the rest counted as above.
-* otherwise (several constraints that select the copies, claims, filters not
-  known to be node-local) copies are placed cycle by cycle as the daemon would,
+* otherwise (several constraints that select the copies, other claims, filters
+  not known to be node-local) copies are placed cycle by cycle as the daemon would,
   the same cycles with two shortcuts for pods without claims: a node-local
   filter's verdict on a node that has not changed since the last copy is reused
   (:class:`_KeptVerdicts`), and nodes that cannot fit the next copy (a domain
