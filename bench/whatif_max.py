@@ -162,6 +162,9 @@ CASES: dict[str, dict[str, Any]] = {
     "one device per copy (claim template)": {
         "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
     },
+    "one device per copy, network-attached devices (claim template)": {
+        "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
+    },
     "preferred affinity on zone": {
         "affinity": {
             "podAffinity": {
@@ -218,7 +221,8 @@ def app_of(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], devices: int = 0
 ) -> SchedulerApp:
     """The cluster in a daemon's cache; ``devices``: a ResourceSlice of that many
-    devices on each node, and a DeviceClass ``dev`` selecting them."""
+    devices on each node (negative: that many in slices of 8 that every node
+    reaches, ``allNodes``), and a DeviceClass ``dev`` selecting them."""
     registry = in_tree_registry()
     cfg = load_config("", registry=registry)
     app = SchedulerApp(cfg, registry, DryRunKubeClient(KubeConfig("http://127.0.0.1:9")))
@@ -226,8 +230,17 @@ def app_of(
         app.cache.add_node(parse_node(copy.deepcopy(n)))
     for p in pods:
         app.cache.add_pod(parse_pod(copy.deepcopy(p)))
-    if devices:
-        slices = app.informers.informer("resourceslices")
+    slices = app.informers.informer("resourceslices")
+    for k in range(-devices // 8):
+        spec = {
+            "driver": DRIVER,
+            "allNodes": True,
+            "pool": {"name": f"shared-{k}", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"dev-{i}"} for i in range(8)],
+        }
+        meta = {"name": f"shared-{k}", "uid": f"slice-shared-{k}", "resourceVersion": "1"}
+        slices.apply("ADDED", {"metadata": meta, "spec": spec})
+    if devices > 0:
         for n in nodes:
             name = n["metadata"]["name"]
             spec = {
@@ -238,6 +251,7 @@ def app_of(
             }
             meta = {"name": f"{name}-dev", "uid": f"slice-{name}", "resourceVersion": "1"}
             slices.apply("ADDED", {"metadata": meta, "spec": spec})
+    if devices:
         expression = f'device.driver == "{DRIVER}"'
         app.informers.informer("deviceclasses").apply(
             "ADDED",
@@ -301,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.case and not any(name.startswith(c) for c in args.case):
             continue
         text = deployment(extra)
-        devices = 4 if "resourceClaims" in extra else 0
+        devices = 0
+        if "resourceClaims" in extra:
+            devices = -64 if "network-attached" in name else 4
         row: dict[str, Any] = {
             "case": name,
             **after(app_of(nodes, pods, devices), text, "auto"),
