@@ -616,7 +616,8 @@ class SliceIndex:
     selection); an incomplete pool is checked against its own slices. Grouping
     them once per slice set keeps a Filter call from reading every slice of the
     cluster (at 500 nodes, 500 slices per node and cycle). While no slice reaches
-    nodes by labels, a node's pools depend on its name alone and are kept."""
+    nodes by labels (each names its node or reaches all of them), a node's pools
+    depend on its name alone and are kept."""
 
     def __init__(self, slices: Iterable[Slice]) -> None:
         self.slices = list(slices)
@@ -631,6 +632,12 @@ class SliceIndex:
                 self.not_by_name.append(s)
             self.by_pool.setdefault((s.driver, s.pool), []).append(s)
         self._pools: dict[str, list[Pool]] = {}
+        #: whether a node's pools depend on its name alone: every slice that does not
+        #: name a node reaches all nodes
+        self._by_name_only = all(
+            s.all_nodes and s.node_selector_raw is None and not s.per_device_node_selection
+            for s in self.not_by_name
+        )
 
     def candidates(self, node_name: str) -> list[Slice]:
         """The slices that may reach ``node_name``."""
@@ -639,7 +646,7 @@ class SliceIndex:
 
     def pools(self, node_name: str, labels: Mapping[str, str]) -> list[Pool]:
         """:func:`gather_pools` for the node (kept per node while that is exact)."""
-        if self.not_by_name:
+        if not self._by_name_only:
             return gather_pools(self, node_name, labels)
         hit = self._pools.get(node_name)
         if hit is None:

@@ -20,8 +20,10 @@ from kscheduler.framework.dra import (
     DeviceID,
     FailedOnNode,
     Slice,
+    SliceIndex,
     TaintRule,
     allocated_devices,
+    gather_pools,
 )
 
 DRIVER = "gpu.example.com"
@@ -546,3 +548,40 @@ def test_device_taint_rules_taint_the_devices_they_select() -> None:
     assert info is not None
     assert picked(Allocator(s, CLASSES, set(), [info]).allocate("n1", {}, [claim(exact("r"))]))
     assert TaintRule.parse({"metadata": {"name": "none"}, "spec": {"taint": broken}}) is None
+
+
+def reaching(name: str, how: dict[str, Any]) -> Slice:
+    """A slice of one device in its own pool that reaches nodes as ``how`` says."""
+    return Slice.parse(
+        {
+            "metadata": {"name": name, "uid": name, "resourceVersion": "1"},
+            "spec": {
+                "driver": DRIVER,
+                **how,
+                "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [dev("d")],
+            },
+        }
+    )
+
+
+def pool_names(pools: list[Any]) -> list[str]:
+    return [p.pool for p in pools]
+
+
+def test_slice_index_keeps_pools_per_node_while_no_slice_reaches_nodes_by_labels() -> None:
+    network = reaching("net", {"allNodes": True})
+    index = SliceIndex([slice_("a-local", "a", [dev("x")]), network])
+    first = index.pools("a", {})
+    assert index.pools("a", {"rack": "1"}) is first  # kept: the labels cannot matter
+    assert pool_names(first) == pool_names(gather_pools(index, "a", {})) == ["a", "net"]
+    assert pool_names(index.pools("b", {})) == ["net"]
+    by_label = reaching("rack-1", {"nodeSelector": _rack_selector("1")})
+    index = SliceIndex([slice_("a-local", "a", [dev("x")]), network, by_label])
+    assert pool_names(index.pools("a", {"rack": "1"})) == ["a", "net", "rack-1"]
+    assert pool_names(index.pools("a", {"rack": "2"})) == ["a", "net"]  # not kept
+
+
+def _rack_selector(value: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": "rack", "operator": "In", "values": [value]}]}
+    return {"nodeSelectorTerms": [term]}
