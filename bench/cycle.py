@@ -9,7 +9,8 @@ A Cache is filled with N nodes (scheduler_perf's node-default) and existing
 pods (``--existing-per-node`` pod-default pods per node, plus the workload's own
 init pods scaled to N), the default profile's Framework is built as the daemon
 builds it (fake client, recorder and object lister), and then for every measured
-pod: snapshot update -> Algorithm.schedule_pod -> assume -> Reserve -> Permit,
+pod: snapshot update -> Algorithm.schedule_pod (with the cycle's number, so that
+OpportunisticBatching applies as in the daemon) -> assume -> Reserve -> Permit,
 exactly the synchronous part of Scheduler.schedule_one.
 
 ``--breakdown`` repeats the run with every plugin method wrapped in a timer and
@@ -243,12 +244,13 @@ def run_cycles(env: Env, placements: list[str] | None = None) -> tuple[int, int,
     clock = time.perf_counter
     per_pod: list[float] = []
     scheduled = unschedulable = 0
-    for pod in env.pods:
+    for number, pod in enumerate(env.pods, start=1):
         t0 = clock()
         state = CycleState()
         snapshot.update()
         try:
-            result = algorithm.schedule_pod(fwk, state, pod, snapshot)
+            # the cycle's number, as the daemon passes it (OpportunisticBatching)
+            result = algorithm.schedule_pod(fwk, state, pod, snapshot, cycle=number)
         except FitError:
             unschedulable += 1
             per_pod.append(clock() - t0)
