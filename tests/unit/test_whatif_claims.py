@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kscheduler.explain import ExplainError
 from kscheduler.kube import ApiError
 from kscheduler.manifests import POD_CLAIM_NAME_ANNOTATION, ManifestError, claim_from_template
 from kscheduler.whatif import render_table
@@ -180,3 +181,17 @@ def test_devices_of_several_nodes_or_claims_shared_by_the_copies_are_placed_cycl
     assert result.max is not None and result.max.method == "cycle-by-cycle"
     assert result.max.count == 5
     assert "not each on one node" in result.max.why_cycles
+
+
+def test_a_template_the_identity_may_not_read_is_an_error_naming_it() -> None:
+    app, kube = gpu_app({"a": 1})
+
+    async def forbidden(path: str, params: Any = None) -> Any:
+        raise ApiError(403, reason="Forbidden", message="cannot get resourceclaimtemplates")
+
+    kube.get_json = forbidden  # type: ignore[method-assign]
+    with pytest.raises(ExplainError) as err:
+        run(app, kube, docs_of(gpu_deployment(1, "private")))
+    text = str(err.value)
+    assert "cannot read ResourceClaimTemplate default/private from the cluster" in text
+    assert "spec.template.spec.resourceClaims[0].resourceClaimTemplateName" in text
