@@ -106,6 +106,7 @@ from kscheduler.plugins import pod_topology_spread as pts
 if TYPE_CHECKING:
     from kscheduler.app import SchedulerApp
     from kscheduler.config import KubeSchedulerConfiguration
+    from kscheduler.framework.interface import PreFilterResult
     from kscheduler.framework.registry import Registry
     from kscheduler.framework.runtime import BatchFilterFn, FilterFn, Framework
 
@@ -778,15 +779,21 @@ def _fill_with_claims(
     another node could give, so the order changes no count."""
     out: dict[str, int] = {}
     i = first
+    # the copy being placed, through PreFilter; a node that turns it down leaves it
+    # as it was for the next node
+    cycle: tuple[JSON, PodInfo, CycleState, PreFilterResult | None] | None = None
     for ni in nodes:
         while True:
-            raw = w.pod(i)
-            pod = s.admit(doc, raw)
-            s.app.snapshot.update()
-            state = CycleState()
-            pre, status, _ = fwk.run_pre_filter(state, pod, s.app.snapshot.node_infos())
-            if status is not None:
-                return out  # no copy fits anywhere
+            if cycle is None:
+                raw = w.pod(i)
+                pod = s.admit(doc, raw)
+                s.app.snapshot.update()
+                state = CycleState()
+                pre, status, _ = fwk.run_pre_filter(state, pod, s.app.snapshot.node_infos())
+                if status is not None:
+                    return out  # no copy fits anywhere
+                cycle = (raw, pod, state, pre)
+            raw, pod, state, pre = cycle
             if pre is not None and pre.node_names is not None and ni.name not in pre.node_names:
                 break
             current = s.app.snapshot.get(ni.name)
@@ -796,6 +803,7 @@ def _fill_with_claims(
             s.reserve(fwk, state, pod, ni.name)
             out[ni.name] = out.get(ni.name, 0) + 1
             i += 1
+            cycle = None
     return out
 
 
