@@ -81,7 +81,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from kscheduler.framework import (
     MAX_NODE_SCORE,
@@ -560,6 +560,9 @@ class DynamicResources:
         self._index: SliceIndex | None = None
         #: the slice lister's cursor (changes_since) when _index was last checked
         self._slices_cursor: int | None = None
+        #: the object lister last asked whether it offers changes_since, and its answer
+        self._changes_lister: object = None
+        self._lister_tells = False
         #: claim namespace/name -> the devices its allocation takes (per version)
         self._claim_devices: dict[str, _ClaimDevices] = {}
         #: the sum of _claim_devices
@@ -619,13 +622,21 @@ class DynamicResources:
             out.append(_ClaimInfo(str(entry.get("name", "")), claim))
         return out
 
+    def _tells_changes(self, lister: object) -> bool:
+        """Whether the lister offers changes_since (asked once per lister: an
+        isinstance check against a Protocol walks its attributes every time)."""
+        if self._changes_lister is not lister:
+            self._changes_lister = lister
+            self._lister_tells = isinstance(lister, ObjectChanges)
+        return self._lister_tells
+
     def _slice_index(self) -> SliceIndex:
         """Every slice parsed once per version, grouped per node once per slice set
         (not even listed again while the lister says no slice changed)."""
         assert self.handle is not None
         lister = self.handle.objects
-        if isinstance(lister, ObjectChanges):
-            cursor, keys = lister.changes_since(SLICES, self._slices_cursor)
+        if self._tells_changes(lister):
+            cursor, keys = cast(ObjectChanges, lister).changes_since(SLICES, self._slices_cursor)
             unchanged = keys is not None and not keys and self._index is not None
             self._slices_cursor = cursor
             if unchanged:
@@ -662,8 +673,9 @@ class DynamicResources:
         assert self.handle is not None
         lister = self.handle.objects
         keys: list[str] | None = None
-        if isinstance(lister, ObjectChanges):
-            self._claims_cursor, keys = lister.changes_since(CLAIMS, self._claims_cursor)
+        if self._tells_changes(lister):
+            changes = cast(ObjectChanges, lister)
+            self._claims_cursor, keys = changes.changes_since(CLAIMS, self._claims_cursor)
         if keys is None:
             self._claim_devices = {}
             self._cluster = _ClusterDevices()
