@@ -39,8 +39,10 @@ from kscheduler.framework.types import NodeInfo, NodeRecord, PodInfo, pod_pvc_na
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
 
-#: Entries the change log holds before it is dropped (a few MB at most).
-CHANGE_LOG_LIMIT = 200_000
+#: Entries the change log holds before it is dropped (128 KiB of references). Its
+#: readers read it every cycle they run in, a handful of changes each; one that
+#: sat out more than this many changes recomputes from the node list once.
+CHANGE_LOG_LIMIT = 16_384
 
 
 def zone_key(labels: dict[str, str]) -> str:
@@ -121,12 +123,13 @@ class Cache:
         if ni.node is not None:
             self._zone_remove(ni.node)
             self._images_remove(ni.node)
-        if ni.pods:
-            # Pods still there (their deletes may come later): keep a node-less entry.
-            ni.node = None
-            ni.generation += 1
-        else:
+        # node-less from now on, also for whoever still holds the NodeInfo (a plugin's
+        # memo of scores by node lets such entries go)
+        ni.node = None
+        ni.generation += 1
+        if not ni.pods:
             del self.nodes[name]
+        # else pods still there (their deletes may come later): a node-less entry stays
         self.generation += 1
         self._changed(name)
 

@@ -283,9 +283,11 @@ class Informer(Generic[T]):
         self._rng = rng or random.Random()
         self._items: dict[str, T] = {}
         #: the keys put or removed, in order (see changes_since); _changes[0] is
-        #: change number _changes_base
+        #: change number _changes_base. Kept only once changes_since has been asked
+        #: for: an informer nobody reads that way (pods, nodes) only counts changes.
         self._changes: ChangedKeys = []
         self._changes_base = 0
+        self._log_changes = False
         self._versions: dict[str, tuple[str, str]] = {}  # key -> (resourceVersion, uid)
         self._by_namespace: dict[str, dict[str, T]] = {}
         self._handlers: list[EventHandler[T]] = []
@@ -326,11 +328,17 @@ class Informer(Generic[T]):
         included). The keys are None when ``cursor`` is None or older than the
         log keeps (CHANGE_LOG_MAX changes): then read the whole store."""
         end = self._changes_base + len(self._changes)
+        if not self._log_changes:
+            self._log_changes = True  # from now on; the first reader reads the store
+            return end, None
         if cursor is None or not self._changes_base <= cursor <= end:
             return end, None
         return end, self._changes[cursor - self._changes_base :]
 
     def _changed(self, key: str) -> None:
+        if not self._log_changes:
+            self._changes_base += 1
+            return
         self._changes.append(key)
         if len(self._changes) > CHANGE_LOG_MAX:
             drop = len(self._changes) // 2

@@ -36,6 +36,9 @@ UNSCHEDULABLE = "unschedulable"
 ERROR = "error"
 
 
+#: the last attempts kept for /debug/explain, one per pod (see AttemptRecord)
+ATTEMPT_RECORDS = 10000
+
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
 
@@ -166,7 +169,8 @@ class Scheduler:
         self.last_attempts: dict[str, AttemptRecord] = {}
         #: kube-scheduler-simulator annotations for the profiles that opt in (None: off)
         self.annotations: SimulatorAnnotations | None = None
-        self._max_records = 10000
+        #: attempts kept for /debug/explain, the oldest dropped first
+        self.attempt_records_limit = ATTEMPT_RECORDS
 
     # ---- loop ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -644,7 +648,7 @@ class Scheduler:
         recs = self.last_attempts
         recs.pop(pod.key, None)
         recs[pod.key] = rec
-        if len(recs) > self._max_records:
+        if len(recs) > self.attempt_records_limit:
             del recs[next(iter(recs))]
 
     async def shutdown(self, timeout: float) -> int:

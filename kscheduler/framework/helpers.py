@@ -82,15 +82,23 @@ class NodeScoreMemo:
         self._tables: dict[object, dict[NodeInfo, tuple[int, int]]] = {}
 
     def table(self, key: object, nodes: int) -> dict[NodeInfo, tuple[int, int]]:
-        """NodeInfo -> (generation, score) for pods with request ``key``; emptied when
-        it grows past twice ``nodes``, the nodes of the cluster (clones and removed
-        nodes are not kept long)."""
+        """NodeInfo -> (generation, score) for pods with request ``key``.
+
+        ``nodes`` is the number of nodes in the cluster. Once the table holds more
+        entries than that by a margin (an eighth, at least 16), the entries of nodes
+        removed from the cluster (their NodeInfo has no Node object any more) go;
+        if that does not bring it back to ``nodes`` entries (clones), all go. A
+        cluster whose nodes are replaced keeps no score, nor NodeInfo, of the nodes
+        it no longer has beyond that margin."""
         tables = self._tables
         t = tables.get(key)
         if t is None:
             if len(tables) >= self.MAX_TABLES:
                 tables.clear()
             t = tables[key] = {}
-        elif len(t) > 2 * nodes + 1024:
-            t.clear()
+        elif len(t) > nodes + max(16, nodes // 8):
+            for gone in [ni for ni in t if ni.node is None]:
+                del t[gone]
+            if len(t) > nodes:
+                t.clear()
         return t

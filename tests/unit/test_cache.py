@@ -89,6 +89,17 @@ def test_node_delete_with_pods_keeps_accounting() -> None:
     assert "n1" not in c.nodes
 
 
+def test_removed_node_info_is_left_node_less() -> None:
+    """Whoever still holds the NodeInfo of a removed node (a score memo) sees it
+    without a Node object, and with a new generation."""
+    c = Cache()
+    ni = c.add_node(node("n1").alloc(cpu="4").record())
+    gen = ni.generation
+    c.remove_node("n1")
+    assert "n1" not in c.nodes
+    assert ni.node is None and ni.generation > gen
+
+
 def test_nodes_interleaved_across_zones() -> None:
     c = Cache()
     for name, zone in [

@@ -279,6 +279,19 @@ def test_changes_since_names_each_put_and_removal(monkeypatch: pytest.MonkeyPatc
     assert inf.changes_since(now) == (now + 1, ["default/b"])
 
 
+def test_changes_are_only_counted_until_someone_reads_them() -> None:
+    """An informer read only through its store (pods, nodes) keeps no log of keys;
+    its first changes_since reader starts from the store and is followed from then on."""
+    inf, _ = informer(FakeWatchClient())
+    for rv in range(1, 2001):
+        inf.apply("ADDED" if rv == 1 else "MODIFIED", obj(f"p{rv % 50}", rv))
+    assert inf._changes == []
+    cursor, keys = inf.changes_since(1)
+    assert keys is None and cursor == 2000  # counted, not kept: read the store
+    inf.apply("MODIFIED", obj("p7", 3000))
+    assert inf.changes_since(cursor) == (cursor + 1, ["default/p7"])
+
+
 def test_transform_runs_once_per_version() -> None:
     seen: list[str] = []
 

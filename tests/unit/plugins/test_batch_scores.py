@@ -7,6 +7,7 @@ import random
 import pytest
 
 from kscheduler.framework import CycleState
+from kscheduler.framework.helpers import NodeScoreMemo
 from kscheduler.framework.types import NodeInfo, PodInfo
 from kscheduler.plugins import in_tree_registry
 from tests.unit.builders import node, pod
@@ -142,3 +143,21 @@ def test_score_nodes_memo_follows_node_changes(name: str, seed: int) -> None:
         if rng.random() < 0.4:
             gone, uid = placed.pop(rng.randrange(len(placed)))
             gone.remove_pod(uid)
+
+
+def test_score_memo_lets_removed_nodes_go() -> None:
+    """Nodes replaced one after another: the memo keeps no more than the cluster's
+    nodes and a small margin of removed (node-less) NodeInfos, and never an entry
+    for a node that is still there but changed."""
+    memo = NodeScoreMemo()
+    cluster = [node(f"n{i}").alloc(cpu="4", memory="8Gi").build() for i in range(10)]
+    for i in range(200):
+        table = memo.table("request", len(cluster))
+        for ni in cluster:
+            table[ni] = (ni.generation, 1)
+        # the margin, and the node added since the table was last looked at
+        assert len(table) <= len(cluster) + 16 + 1
+        gone = cluster.pop(0)
+        gone.node = None  # as Cache.remove_node leaves a NodeInfo
+        cluster.append(node(f"m{i}").alloc(cpu="4", memory="8Gi").build())
+    assert all(ni in table for ni in cluster[:-1])
