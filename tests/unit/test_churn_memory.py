@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import platform
 import tracemalloc
 from typing import Any
 
-from kscheduler.app import SchedulerApp
+from kscheduler.app import SchedulerApp, malloc_trim
 from kscheduler.config import load_config
 from kscheduler.explain import DryRunKubeClient
 from kscheduler.framework.types import NodeInfo
@@ -261,3 +262,12 @@ async def test_churned_pods_and_nodes_leave_nothing_behind() -> None:
     finally:
         events.cancel()
         await asyncio.gather(events, return_exceptions=True)
+
+
+def test_malloc_trim_is_found_on_glibc_only() -> None:
+    trim = malloc_trim()
+    if platform.libc_ver()[0] == "glibc":
+        assert trim is not None
+        assert trim() in (0, 1)  # 1: memory was given back
+    else:
+        assert trim is None
