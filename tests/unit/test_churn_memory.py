@@ -256,6 +256,14 @@ async def test_churned_pods_and_nodes_leave_nothing_behind() -> None:
         # the replaced nodes are not all held (a memo may keep a few, node-less)
         assert most_node_infos <= NODES + 24, most_node_infos
         assert len(app.scheduler.last_attempts) <= 50
+        # the score memos fill and are trimmed in a sawtooth (up to the node count
+        # plus 16 entries each), so the two snapshots may catch them at different
+        # sizes; that they let replaced nodes go is what most_node_infos checks
+        memos = [
+            tracemalloc.Filter(False, "*/plugins/node_resources_fit.py"),
+            tracemalloc.Filter(False, "*/plugins/balanced_allocation.py"),
+        ]
+        warm, after = warm.filter_traces(memos), after.filter_traces(memos)
         grown = sum(s.size_diff for s in after.compare_to(warm, "filename"))
         # 16 rounds of 24 pods and one node: a leak of 100 bytes per pod shows as 38 KB
         assert grown < 16 * 1024, f"{grown} B\n" + growth_report(after.compare_to(warm, "lineno"))
