@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import re
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -276,3 +277,84 @@ def load() -> list[float]:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return []
+
+
+# ----------------------------------------------------------------- what else ran
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def busy_seconds(stat_text: str | None = None) -> float:
+    """CPU seconds every CPU spent busy since boot (/proc/stat: all but idle and iowait).
+
+    guest time is already inside user time, so it is not added again.
+    """
+    text = stat_text if stat_text is not None else _read("/proc/stat")
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            ticks = [int(x) for x in parts[1:9]]
+            ticks += [0] * (8 - len(ticks))
+            return (sum(ticks) - ticks[3] - ticks[4]) / _TICK
+    return 0.0
+
+
+def _proc_stat(pid: str) -> tuple[int, float] | None:
+    """(parent pid, utime + stime + cutime + cstime in seconds) of one process."""
+    text = _read(f"/proc/{pid}/stat")
+    end = text.rfind(")")
+    if end < 0:
+        return None
+    fields = text[end + 2 :].split()
+    try:
+        ppid = int(fields[1])
+        cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
+    except (IndexError, ValueError):
+        return None
+    return ppid, cpu
+
+
+def tree_seconds(root: int, table: dict[int, tuple[int, float]] | None = None) -> float:
+    """CPU seconds of ``root`` and every live process under it, each with the CPU of the
+    children it has reaped (a child that exited and was waited for is in its parent's
+    cutime/cstime, so nothing it used is lost)."""
+    if table is None:
+        table = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                got = _proc_stat(entry)
+                if got is not None:
+                    table[int(entry)] = got
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            total += table[pid][1]
+        todo += children.get(pid, [])
+    return total
+
+
+class ForeignCpu:
+    """CPU the machine spent outside one process tree between two readings.
+
+    A benchmark's own processes (the driver, the control plane it started, the
+    scheduler under test) are the tree; anything else that ran on the machine
+    meanwhile (a build, a test suite, another benchmark) is foreign and makes
+    the run's CPU and throughput figures suspect.
+    """
+
+    def __init__(self, root: int | None = None) -> None:
+        self.root = os.getpid() if root is None else root
+        self.restart()
+
+    def seconds(self) -> float:
+        """Foreign CPU seconds since construction (or the last ``restart``)."""
+        return max(0.0, (busy_seconds() - self._busy0) - (tree_seconds(self.root) - self._tree0))
+
+    def restart(self) -> None:
+        self.started = time.monotonic()
+        self._busy0 = busy_seconds()
+        self._tree0 = tree_seconds(self.root)

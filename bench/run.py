@@ -80,7 +80,7 @@ import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,7 @@ import yaml
 
 from bench.experiments import IN_PROCESS_ONLY, PATCHES
 from bench.method import (
+    ForeignCpu,
     abba,
     affinity,
     audit_apiserver_args,
@@ -750,6 +751,15 @@ class RunResult:
     curve: list[tuple[float, int]] = field(default_factory=list)
     #: (seconds, cumulative scheduler CPU seconds in the measured phase, RSS MiB)
     resources: list[tuple[float, float, float]] = field(default_factory=list)
+    #: CPU seconds spent outside this benchmark's processes from the scheduler's start
+    #: to the end of the measurement (another build or test suite on the machine)
+    foreign_cpu_seconds: float | None = None
+    #: foreign_cpu_seconds / those seconds: the share of one CPU something else took
+    foreign_cpu_share: float | None = None
+    #: foreign_cpu_share passed --max-foreign: kept, left out of the summary, run again
+    perturbed: bool = False
+    #: when the run finished (local time)
+    finished: str = ""
 
 
 @dataclass
@@ -972,6 +982,7 @@ class Bench:
             # pinned from the scheduler's start to its stop; set-up and clean-up use every CPU
             self.affinities = pin_control_plane(self.cp, rest)
         sched = self._scheduler(kind, throttle, wl, list(cpus) if mode == PINNED else None)
+        foreign = ForeignCpu()
         t_start = time.monotonic()
         try:
             await sched.start()
@@ -984,6 +995,9 @@ class Bench:
         except Exception as exc:  # keep what was measured, with the failure
             res.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-4)}"
         finally:
+            res.foreign_cpu_seconds = foreign.seconds()
+            res.foreign_cpu_share = res.foreign_cpu_seconds / max(time.monotonic() - t_start, 1e-3)
+            res.finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             mem = memory_kib(sched.pid)
             if "VmHWM" in mem:
                 res.peak_rss_mib = mem["VmHWM"] / 1024
@@ -1229,6 +1243,8 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
     trivial binder's rate (the ceiling: same workload and CPU mode)."""
     rows: list[dict[str, Any]] = []
     keys: list[tuple[str, str, str]] = []
+    # a run something else on the machine perturbed is kept in the runs, not summarized
+    results = [r for r in results if not r.perturbed]
     for r in results:
         if (r.workload, r.throttle, r.cpu_mode) not in keys:
             keys.append((r.workload, r.throttle, r.cpu_mode))
@@ -1418,6 +1434,111 @@ def plot(results: list[RunResult], path: Path, title: str) -> None:
 # --------------------------------------------------------------------------- main
 
 MAIN_WORKLOADS = ("SchedulingBasic", "TopologySpreading", "SchedulingPodAntiAffinity")
+MAIN_PAIRS_NOTE = (
+    f"{', '.join(MAIN_WORKLOADS)}, unthrottled, pinned (shared when pinned is not run); "
+    "every other cell gets --pairs"
+)
+
+
+def pairs_for(
+    workload: str, throttle: str, mode: str, modes: Sequence[str], pairs: int, main_pairs: int
+) -> int:
+    """ABBA pairs of one cell: --main-pairs for the main workloads unthrottled in the
+    pinned mode (the setting that measures the schedulers, not the client limits), or
+    in the shared mode when pinned is not run; --pairs for every other cell."""
+    measured_mode = PINNED if PINNED in modes else SHARED
+    if workload in MAIN_WORKLOADS and throttle == "unthrottled" and mode == measured_mode:
+        return main_pairs
+    return pairs
+
+
+def run_key(r: RunResult) -> tuple[str, str, str, int, str]:
+    return (r.workload, r.throttle, r.cpu_mode, r.pair, r.scheduler)
+
+
+def checkout_revision() -> str:
+    """The commit measured, "+dirty" when kscheduler/ or bench/ differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "kscheduler", "bench"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+#: what a resumed run must share with the one it goes on with
+RESUME_SAME = ("size", "revision", "kubernetes", "scheduler_cpus", "scheduler_config")
+
+
+def resume(path: Path, fresh: dict[str, Any]) -> tuple[dict[str, Any], list[RunResult]]:
+    """The meta and runs of an earlier results file, to be gone on with.
+
+    Refused (ValueError) when it measured another commit, size, CPU split or
+    scheduler configuration: one results file is one measurement.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    meta = doc.get("meta", {})
+    for key in RESUME_SAME:
+        if meta.get(key) != fresh.get(key):
+            raise ValueError(
+                f"{path} has {key} {meta.get(key)!r}, this checkout {fresh.get(key)!r}"
+            )
+    if str(fresh["revision"]).endswith("+dirty") or fresh["revision"] == "unknown":
+        raise ValueError(f"kscheduler/ or bench/ has uncommitted changes ({fresh['revision']})")
+    names = {f.name for f in fields(RunResult)}
+    runs = [RunResult(**{k: v for k, v in d.items() if k in names}) for d in doc.get("runs", [])]
+    meta.setdefault("resumed", []).append(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    meta["machine_at_resume"] = fresh["machine"]
+    meta.pop("finished", None)
+    return meta, runs
+
+
+def parse_stop_by(text: str) -> float:
+    """--stop-by HH:MM: the next such local time, as a Unix time."""
+    try:
+        hh, mm = (int(x) for x in text.split(":"))
+        if not (0 <= hh < 24 and 0 <= mm < 60):
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"--stop-by: {text!r} is not HH:MM") from None
+    now = time.time()
+    t = time.localtime(now)
+    at = time.mktime((t.tm_year, t.tm_mon, t.tm_mday, hh, mm, 0, 0, 0, -1))
+    return at if at > now else at + 86400
+
+
+async def wait_quiet(since: ForeignCpu, max_share: float, sample: float = 10.0) -> float:
+    """Wait until the rest of the machine took at most ``max_share`` of one CPU, over the
+    time since ``since`` started and then over each ``sample`` seconds; seconds waited.
+
+    The time since the last run ended (its clean-up) is usually enough to tell, so a
+    quiet machine costs no wait.
+    """
+    t0 = time.monotonic()
+    elapsed = max(time.monotonic() - since.started, 1e-3)
+    share = since.seconds() / elapsed
+    said = 0.0
+    while share > max_share:
+        now = time.monotonic()
+        if now - said >= 60:
+            log(f"  waiting: something else takes {share:.0%} of a CPU (run at {max_share:.0%})")
+            said = now
+        probe = ForeignCpu()
+        await asyncio.sleep(sample)
+        share = probe.seconds() / sample
+    return time.monotonic() - t0
 
 
 def available_cpus_all() -> list[int]:
@@ -1486,13 +1607,12 @@ async def run(args: argparse.Namespace) -> int:
         schedulers.reverse()
     results: list[RunResult] = []
     json_path = out / f"{stamp}.json"
-    png_path = out / f"{stamp}.png"
-    md_path = out / f"{stamp}.md"
     version = kube_scheduler_version()
     log(f"reference: {version}")
     meta: dict[str, Any] = {
         "size": args.size,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "revision": checkout_revision(),
         "kubernetes": K8S_VERSION,
         "kube_scheduler_version": version,
         "machine": machine(),
@@ -1503,9 +1623,11 @@ async def run(args: argparse.Namespace) -> int:
         "control_plane_cpus": rest,
         "pairs": args.pairs,
         "main_pairs": args.main_pairs,
+        "main_pairs_apply_to": MAIN_PAIRS_NOTE,
         "ceiling": args.ceiling,
         "audit": args.audit,
         "etcd_compacted_between_runs": args.compact_etcd,
+        "max_foreign_cpu_share": args.max_foreign,
         "scheduler_config": {
             **PERF_CONFIG,
             "kube_scheduler_v": args.kube_scheduler_v,
@@ -1515,6 +1637,16 @@ async def run(args: argparse.Namespace) -> int:
         "method": "bench/run.py docstring; README 'Benchmarks'",
         "kscheduler_args": opts.kscheduler_args,
     }
+    if args.resume:
+        json_path = Path(args.resume)
+        try:
+            meta, results = resume(json_path, meta)
+        except ValueError as exc:
+            log(f"--resume: {exc}")
+            return 2
+        log(f"resuming {json_path}: {len(results)} runs kept")
+    png_path = json_path.with_suffix(".png")
+    md_path = json_path.with_suffix(".md")
 
     def write() -> None:
         """The results so far: JSON, the Markdown table and the PNG, after every run."""
@@ -1528,7 +1660,8 @@ async def run(args: argparse.Namespace) -> int:
 
     extra_args = audit_apiserver_args(audit_dir) if args.audit else []
     log(f"starting the control plane (Kubernetes {K8S_VERSION}); load {load()}")
-    sequence = 0
+    stop_by = parse_stop_by(args.stop_by) if args.stop_by else None
+    stopped = ""
     try:
         # kwok renews node Leases a quarter of their duration apart: a kubelet's 40 s
         # means 500 Lease writes a second at 5000 nodes, most of this control plane's
@@ -1542,36 +1675,80 @@ async def run(args: argparse.Namespace) -> int:
                 bench = Bench(cp, admin, opts, stamp)
                 # every workload once per (mode, client setting) before the next one,
                 # so that a run cut short still covers every workload in the first
+                done = {run_key(r) for r in results if not r.perturbed and not r.error}
+                sequence = max((r.sequence for r in results), default=0)
+                durations: dict[tuple[str, str], float] = {}
+                quiet = ForeignCpu()
                 for mode, th, wl in plan(modes, throttles, chosen):
                     kinds = list(schedulers)
                     # the trivial binder allocates no devices: no ceiling for DRA
                     dra = wl.devices is not None
                     if args.ceiling and th == "unthrottled" and CEILING not in kinds and not dra:
                         kinds.append(CEILING)
-                    pairs = args.main_pairs if wl.name in MAIN_WORKLOADS else args.pairs
+                    pairs = pairs_for(wl.name, th, mode, modes, args.pairs, args.main_pairs)
+                    todo = [
+                        (pair, kind)
+                        for pair, kind in abba(kinds, pairs)
+                        if (wl.name, th, mode, pair, kind) not in done
+                    ]
+                    if not todo or stopped:
+                        continue
                     await bench.setup_workload(wl)
                     try:
-                        for pair, kind in abba(kinds, pairs):
-                            sequence += 1
-                            log(
-                                f"{wl.name} / {th} / {mode} / pair {pair + 1} / {kind}: "
-                                f"{wl.measure.count} pods; load {load()}"
-                            )
-                            r = await one_run(
-                                bench, wl, kind, th, mode, sched_cpus, rest, pair, sequence
-                            )
-                            results.append(r)
-                            log_result(r)
-                            if bench.affinities:
-                                meta["pinned_affinities"] = bench.affinities
-                            write()
+                        for pair, kind in todo:
+                            for attempt in range(1 + args.redo):
+                                guess = durations.get(
+                                    (wl.name, th), max(durations.values(), default=0.0)
+                                )
+                                if stop_by is not None and time.time() + guess > stop_by:
+                                    stopped = (
+                                        f"stopped before {wl.name} / {th} / {mode} / pair "
+                                        f"{pair + 1} / {kind}: --stop-by "
+                                        f"{time.strftime('%H:%M', time.localtime(stop_by))} "
+                                        f"would pass (last such run took {guess:.0f}s)"
+                                    )
+                                    break
+                                waited = await wait_quiet(quiet, args.max_foreign)
+                                sequence += 1
+                                log(
+                                    f"{wl.name} / {th} / {mode} / pair {pair + 1} / {kind}"
+                                    + (f" (again, {attempt + 1})" if attempt else "")
+                                    + f": {wl.measure.count} pods; load {load()}"
+                                    + (f"; waited {waited:.0f}s for the machine" if waited else "")
+                                )
+                                t0 = time.monotonic()
+                                r = await one_run(
+                                    bench, wl, kind, th, mode, sched_cpus, rest, pair, sequence
+                                )
+                                durations[(wl.name, th)] = time.monotonic() - t0
+                                quiet.restart()
+                                share = r.foreign_cpu_share or 0.0
+                                r.perturbed = share > args.max_foreign
+                                results.append(r)
+                                log_result(r)
+                                if bench.affinities:
+                                    meta["pinned_affinities"] = bench.affinities
+                                write()
+                                if not r.perturbed:
+                                    break
+                                log(
+                                    f"  perturbed: something else took {share:.0%} of a CPU "
+                                    f"(at most {args.max_foreign:.0%}); kept aside"
+                                )
+                            if stopped:
+                                break
                     finally:
                         await bench.teardown_workload(wl)
             finally:
                 await admin.close()
     finally:
         shutil.rmtree(audit_dir, ignore_errors=True)
-    meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if stopped:
+        log(stopped + f"; go on with --resume {json_path}")
+        meta["stopped"] = stopped
+    else:
+        meta.pop("stopped", None)
+        meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write()
     print()
     print(table(summarize(results)))
@@ -1713,6 +1890,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-seconds", type=float, default=1800.0, help="cap per measured phase")
     p.add_argument(
+        "--max-foreign",
+        type=float,
+        default=0.10,
+        metavar="SHARE",
+        help="a run during which processes outside the benchmark took more than this share "
+        "of one CPU is kept aside as perturbed and run again; no run starts until the "
+        "machine is that quiet (default 0.10)",
+    )
+    p.add_argument(
+        "--redo", type=int, default=3, help="times a perturbed run is run again (default 3)"
+    )
+    p.add_argument(
+        "--resume",
+        metavar="JSON",
+        default=None,
+        help="go on with the results file of a run cut short (same commit, size and CPU "
+        "split): runs already measured are kept and skipped",
+    )
+    p.add_argument(
+        "--stop-by",
+        metavar="HH:MM",
+        default=None,
+        help="start no run that would end after this local time (judged by the last run of "
+        "the same workload); the results file can be gone on with by --resume",
+    )
+    p.add_argument(
         "--kscheduler-profiler",
         choices=("py-spy", "pyinstrument", "cprofile"),
         default=None,
@@ -1737,6 +1940,12 @@ def main(argv: list[str] | None = None) -> int:
         args.main_pairs = args.pairs
     if args.main_pairs < 1:
         p.error("--main-pairs: must be at least 1")
+    if args.redo < 0:
+        p.error("--redo: must be 0 or more")
+    if not args.max_foreign > 0:
+        p.error("--max-foreign: must be above 0")
+    if args.stop_by:
+        parse_stop_by(args.stop_by)
     if args.cpu_modes is None:
         args.cpu_modes = "both" if args.scheduler_cpus else SHARED
     if args.cpu_modes != SHARED and not args.scheduler_cpus:

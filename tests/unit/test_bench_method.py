@@ -167,3 +167,123 @@ def test_summary_gives_median_spread_and_fraction_of_the_ceiling() -> None:
     assert row["ratios"]["kscheduler"]["cpu_ms_per_pod"] == 2.5 / 4.5
     table = markdown([row])
     assert "| 70 [60-80] |" in table and "| 70% |" in table
+
+
+def test_summary_leaves_out_perturbed_runs_but_keeps_them() -> None:
+    from bench.run import summarize
+
+    spoiled = _run("kscheduler", 10.0, 9.0, 0)
+    spoiled.perturbed = True
+    runs = [_run("kube-scheduler", 40.0, 4.0, 0), spoiled, _run("kscheduler", 60.0, 3.0, 0)]
+    (row,) = summarize(runs)
+    ks = row["schedulers"]["kscheduler"]
+    assert ks["n"] == 1 and ks["average"]["median"] == 60.0
+    assert len(runs) == 3
+
+
+def test_busy_seconds_leaves_out_idle_and_iowait() -> None:
+    from bench.method import _TICK, busy_seconds
+
+    stat = "cpu  100 5 50 9000 40 3 2 1 0 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\n"
+    assert busy_seconds(stat) == pytest.approx((100 + 5 + 50 + 3 + 2 + 1) / _TICK)
+
+
+def test_tree_seconds_sums_a_process_and_everything_under_it() -> None:
+    from bench.method import tree_seconds
+
+    table = {
+        10: (1, 1.0),  # the driver
+        11: (10, 2.0),  # the apiserver it started
+        12: (11, 0.5),  # a child of that
+        20: (1, 7.0),  # something else on the machine
+        21: (20, 3.0),
+    }
+    assert tree_seconds(10, table) == 3.5
+    assert tree_seconds(20, table) == 10.0
+    assert tree_seconds(99, table) == 0.0
+
+
+def test_foreign_cpu_sees_a_process_outside_the_tree() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from bench.method import ForeignCpu, tree_seconds
+
+    spin = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.6: pass\n"
+    # a child of this process is inside the tree (reaped, in this process's cutime)
+    before = tree_seconds(os.getpid())
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    assert tree_seconds(os.getpid()) - before >= 0.5
+    # a process whose parent is outside the tree (a fresh session whose parent exits
+    # at once, so init adopts it) is foreign
+    outside = ForeignCpu()
+    before = tree_seconds(os.getpid())
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess,sys;subprocess.Popen([sys.executable,'-c',"
+            + repr(spin)
+            + "],start_new_session=True)",
+        ],
+        check=True,
+    )
+    deadline = time.monotonic() + 10
+    while outside.seconds() < 0.5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert outside.seconds() >= 0.5
+    assert tree_seconds(os.getpid()) - before < 0.5
+
+
+def test_main_pairs_apply_to_the_main_workloads_unthrottled_and_pinned() -> None:
+    from bench.run import PINNED, SHARED, pairs_for
+
+    both = [PINNED, SHARED]
+    assert pairs_for("SchedulingBasic", "unthrottled", PINNED, both, 1, 3) == 3
+    assert pairs_for("SchedulingBasic", "unthrottled", SHARED, both, 1, 3) == 1
+    assert pairs_for("SchedulingBasic", "default", PINNED, both, 1, 3) == 1
+    assert pairs_for("Preemption", "unthrottled", PINNED, both, 1, 3) == 1
+    assert pairs_for("TopologySpreading", "unthrottled", SHARED, [SHARED], 1, 3) == 3
+
+
+def test_resume_keeps_the_runs_and_refuses_another_measurement(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from bench.run import resume
+
+    fresh = {
+        "size": "5000",
+        "revision": "abc",
+        "kubernetes": "v1.37.2",
+        "scheduler_cpus": [1],
+        "scheduler_config": {"enableProfiling": False},
+        "machine": {"cpus": 2},
+    }
+    done = _run("kscheduler", 60.0, 3.0, 0)
+    doc = {"meta": dict(fresh, finished="x"), "runs": [dict(asdict(done), dropped_field=1)]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    meta, runs = resume(path, fresh)
+    assert [r.scheduler for r in runs] == ["kscheduler"] and runs[0].cpu_ms_per_pod == 3.0
+    assert "finished" not in meta and len(meta["resumed"]) == 1
+    with pytest.raises(ValueError, match="revision"):
+        resume(path, dict(fresh, revision="def"))
+    with pytest.raises(ValueError, match="uncommitted"):
+        path.write_text(json.dumps({"meta": dict(fresh, revision="abc+dirty"), "runs": []}))
+        resume(path, dict(fresh, revision="abc+dirty"))
+    with pytest.raises(ValueError, match="cannot read"):
+        resume(tmp_path / "missing.json", fresh)
+
+
+def test_stop_by_is_the_next_such_time() -> None:
+    import time
+
+    from bench.run import parse_stop_by
+
+    at = parse_stop_by("00:00")
+    assert 0 < at - time.time() <= 86400
+    assert time.localtime(at).tm_hour == 0
+    for bad in ("24:00", "7", "ab:cd"):
+        with pytest.raises(SystemExit):
+            parse_stop_by(bad)
