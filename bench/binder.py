@@ -158,9 +158,12 @@ class Binder:
             bind_path = f"/api/v1/namespaces/{ns}/pods/{meta['name']}/binding"
             events_path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
             bound = await self._retrying(bind_path, binding(pod, node))
-            if bound and await self._retrying(
-                events_path, scheduled_event(pod, node, self.scheduler)
-            ):
+            if not bound:
+                # offered again by the next list of pending pods: a pod is never
+                # left unbound because one bind was refused
+                self.seen.discard(meta["uid"])
+                continue
+            if await self._retrying(events_path, scheduled_event(pod, node, self.scheduler)):
                 self.bound += 1
 
     async def _retrying(self, path: str, body: dict[str, Any]) -> bool:

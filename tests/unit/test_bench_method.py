@@ -287,3 +287,48 @@ def test_stop_by_is_the_next_such_time() -> None:
     for bad in ("24:00", "7", "ab:cd"):
         with pytest.raises(SystemExit):
             parse_stop_by(bad)
+
+
+async def test_binder_offers_a_refused_pod_again() -> None:
+    import asyncio
+    import itertools
+    from typing import cast
+
+    from bench.binder import Binder
+    from kscheduler.controlplane.rest import ApiError, RestClient
+
+    pods = {
+        name: {"metadata": {"name": name, "namespace": "ns", "uid": name}, "spec": {}}
+        for name in ("a", "b")
+    }
+    refused = {"b"}
+    posts: list[str] = []
+
+    class Api:
+        async def post(self, path: str, body: dict[str, Any]) -> None:
+            posts.append(path)
+            name = body["metadata"]["name"]
+            if path.endswith("/binding"):
+                if name in refused:
+                    refused.discard(name)
+                    raise ApiError("POST", path, 409, {"reason": "Conflict"})
+                pods[name]["spec"]["nodeName"] = body["target"]["name"]
+
+        async def get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+            pending = [p for p in pods.values() if not p["spec"].get("nodeName")]
+            return {"items": pending, "metadata": {"resourceVersion": "1"}}
+
+    binder = Binder(cast(RestClient, Api()), "bench-binder", "ns", 1)
+    binder.nodes = itertools.cycle(["n1"])
+    await binder.list_pending()
+    worker = asyncio.create_task(binder.worker())
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert binder.bound == 1 and pods["a"]["spec"].get("nodeName")
+        await binder.list_pending()  # what resync does once the watch goes quiet
+        for _ in range(100):
+            await asyncio.sleep(0)
+    finally:
+        worker.cancel()
+    assert binder.bound == 2 and all(p["spec"].get("nodeName") for p in pods.values())
