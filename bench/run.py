@@ -1714,7 +1714,7 @@ async def run(args: argparse.Namespace) -> int:
                                     f"{wl.name} / {th} / {mode} / pair {pair + 1} / {kind}"
                                     + (f" (again, {attempt + 1})" if attempt else "")
                                     + f": {wl.measure.count} pods; load {load()}"
-                                    + (f"; waited {waited:.0f}s for the machine" if waited else "")
+                                    + (f"; waited {waited:.0f}s for quiet" if waited >= 1 else "")
                                 )
                                 t0 = time.monotonic()
                                 r = await one_run(
