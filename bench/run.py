@@ -29,7 +29,11 @@ contention profiling off, their default verbosity; the reference's
 One run:
 
 1. etcd is compacted to its current revision and defragmented;
-2. the workload's init pods are created, already bound (see bench.workloads);
+2. the workload's init pods are created, already bound (see bench.workloads),
+   and kwok is given time to finish the last run's deletions (until it takes
+   under SETTLE_BELOW of a CPU; it deletes each pod by name as its kubelet, for
+   a minute or more after 10,000 pods); the run's measured pods get names of
+   their own, so a late deletion cannot take one of them;
 3. the scheduler starts as its own process, as the harness's
    system:kube-scheduler identity, and /readyz (informers synced) is awaited;
 4. a pod watch (fieldSelector spec.nodeName!=) and an events.k8s.io/v1 watch on
@@ -150,6 +154,8 @@ SHARED = "shared"
 #: the schedulerName of the init pods (created bound)
 INIT_SCHEDULER = "bench-init"
 PINNED = "pinned"
+#: kwok's share of a CPU under which the control plane counts as settled before a run
+SETTLE_BELOW = 0.10
 
 
 def patched_kind(patches: str) -> str:
@@ -760,6 +766,8 @@ class RunResult:
     perturbed: bool = False
     #: when the run finished (local time)
     finished: str = ""
+    #: seconds waited before the run for kwok to finish the last run's deletions
+    settle_seconds: float = 0.0
 
 
 @dataclass
@@ -900,6 +908,23 @@ class Bench:
             with contextlib.suppress(ApiError):
                 await self.admin.delete(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
 
+    async def settle(
+        self, below: float = SETTLE_BELOW, sample: float = 2.0, within: float = 180.0
+    ) -> float:
+        """Wait until kwok takes under ``below`` of a CPU over ``sample`` seconds; the
+        seconds waited. kwok plays each deleted pod's kubelet: after a run's 10,000
+        pods are deleted it goes on deleting them (by name, most already gone) for a
+        minute or more, which would load the next run's control plane."""
+        t0 = time.monotonic()
+        pid = self.cp.kwok_process.pid
+        while time.monotonic() - t0 < within:
+            before = cpu_seconds(pid)
+            await asyncio.sleep(sample)
+            after = cpu_seconds(pid)
+            if before is None or after is None or (after - before) / sample < below:
+                break
+        return time.monotonic() - t0
+
     async def _wait_empty(self, path: str, within: float = 300.0) -> None:
         deadline = time.monotonic() + within
         while True:
@@ -977,6 +1002,7 @@ class Bench:
                 etcd_compact_defrag, self.cp.etcd_endpoint
             )
         await self.ensure_init_pods(wl)
+        res.settle_seconds = await self.settle()
         res.loadavg_before = load()
         if mode == PINNED:
             # pinned from the scheduler's start to its stop; set-up and clean-up use every CPU
@@ -1016,7 +1042,9 @@ class Bench:
         self, wl: Workload, sched: SchedulerProcess, name: str, res: RunResult
     ) -> None:
         ns = wl.namespace(wl.measure.namespace)
-        pods = wl.measured_pods(name)
+        # names of this run's own: kwok deletes the pods of the last run by name, some
+        # after the next run has begun, and would take a new pod of the same name
+        pods = wl.measured_pods(name, prefix=f"r{res.sequence}")
         total = len(pods)
         watch = BindWatch(self.admin, ns)
         await watch.start()

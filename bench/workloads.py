@@ -386,9 +386,12 @@ class Workload:
                 out.append(pod)
         return out
 
-    def measured_pods(self, scheduler: str) -> list[JSON]:
+    def measured_pods(self, scheduler: str, prefix: str = "pod") -> list[JSON]:
+        """The measured pods, named ``<prefix>-<i>`` (bench.run gives each run its own
+        prefix: kwok may still be deleting the last run's pods by name)."""
         ns = self.namespace(self.measure.namespace)
-        return [self.measure.template(f"pod-{i}", ns, scheduler) for i in range(self.measure.count)]
+        count = self.measure.count
+        return [self.measure.template(f"{prefix}-{i}", ns, scheduler) for i in range(count)]
 
 
 SIZES = ("quick", "5000")

@@ -332,3 +332,13 @@ async def test_binder_offers_a_refused_pod_again() -> None:
     finally:
         worker.cancel()
     assert binder.bound == 2 and all(p["spec"].get("nodeName") for p in pods.values())
+
+
+def test_each_run_names_its_own_pods() -> None:
+    from bench.workloads import workloads
+
+    wl = workloads("quick")[0]
+    first = [p["metadata"]["name"] for p in wl.measured_pods("s", prefix="r1")]
+    second = [p["metadata"]["name"] for p in wl.measured_pods("s", prefix="r2")]
+    assert len(first) == wl.measure.count and not set(first) & set(second)
+    assert wl.measured_pods("s")[0]["metadata"]["name"] == "pod-0"
