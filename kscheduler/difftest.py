@@ -128,7 +128,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +158,7 @@ _PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kub
 
 SELECTED_NODE_ANNOTATION: Final = "volume.kubernetes.io/selected-node"
 _RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
+_NODE_LEASES: Final = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
 class ScenarioError(ValueError):
@@ -1791,8 +1792,15 @@ class DiffRunner:
         then wait until kwok runs the existing pods, the disruption controller has
         counted them in every PodDisruptionBudget and the PV controller has bound every
         claim that names its volume."""
+        node_uids: dict[str, str] = {}
         for node in scenario.nodes:
-            await self.api.post("/api/v1/nodes", node)
+            made_node = await self.api.post("/api/v1/nodes", node)
+            node_uids[made_node["metadata"]["name"]] = made_node["metadata"]["uid"]
+        for name, uid in node_uids.items():
+            # kwok runs a node's pods only while it holds the node's Lease, and sets a
+            # Lease's owner only when it creates it: once the Lease names this node as
+            # its owner, the garbage collector leaves it and kwok runs what lands there
+            await self.api.wait_for(f"{_NODE_LEASES}/{name}", _owned_by(uid), within=30)
         for obj in scenario.objects:
             path = await self._object_path(obj)
             body = {k: v for k, v in obj.items() if k != "status"}
@@ -1821,9 +1829,25 @@ class DiffRunner:
             if pod["spec"].get("nodeName") not in node_names:
                 continue
             path = f"{_pods_path(pod['metadata']['namespace'])}/{pod['metadata']['name']}"
-            await self.api.wait_for(
-                path, lambda p: (p.get("status") or {}).get("phase") == "Running", within=30
-            )
+            try:
+                await self.api.wait_for(
+                    path, lambda p: (p.get("status") or {}).get("phase") == "Running", within=30
+                )
+            except TimeoutError as exc:
+                # kwok runs pods only on nodes whose Lease it holds: say what it holds
+                node = pod["spec"]["nodeName"]
+                leases = {
+                    lease["metadata"]["name"]: lease for lease in await self.api.list(_NODE_LEASES)
+                }
+                lease = leases.get(node)
+                held = (
+                    f"Lease {node}: holder {lease['spec'].get('holderIdentity')}, renewed "
+                    f"{lease['spec'].get('renewTime')}, owners "
+                    f"{lease['metadata'].get('ownerReferences')} (node uid {node_uids[node]})"
+                    if lease
+                    else f"no Lease {node}"
+                )
+                raise TimeoutError(f"{exc}; {held}") from exc
             if pod.get("status"):  # e.g. resized: allocated/actuated resources
                 running = await self.api.get(path)
                 status = merge_pod_status(running.get("status") or {}, pod["status"])
@@ -1896,6 +1920,15 @@ class DiffRunner:
             if loop.time() > deadline:
                 raise TimeoutError("nodes still present 60s after deleting them all")
             await asyncio.sleep(_POLL_SECONDS)
+        # no node Lease outlives its node: a node of the next run with the same name
+        # would get the old Lease, which still names the old node as its owner, and
+        # lose it to the garbage collector (kwok then leaves its pods Pending until it
+        # makes a new one, one renew interval later)
+        while await self.api.list(_NODE_LEASES):
+            if loop.time() > deadline:
+                raise TimeoutError("node Leases still present 60s after deleting every node")
+            await self.api.delete(_NODE_LEASES)
+            await asyncio.sleep(_POLL_SECONDS)
 
     async def _object_path(self, obj: Mapping[str, Any]) -> str:
         """The collection path of obj, from the apiserver's discovery documents."""
@@ -1916,6 +1949,16 @@ class DiffRunner:
         base, _, plural = collection.rpartition("/")
         ns = obj["metadata"].get("namespace") or "default"
         return f"{base}/namespaces/{ns}/{plural}"
+
+
+def _owned_by(uid: str) -> Callable[[JSON], bool]:
+    """Whether an object names the object with this UID among its owners."""
+
+    def owned(obj: JSON) -> bool:
+        refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+        return any(ref.get("uid") == uid for ref in refs)
+
+    return owned
 
 
 def _pods_path(namespace: str) -> str:
