@@ -1798,7 +1798,7 @@ class DiffRunner:
             node_uids[made_node["metadata"]["name"]] = made_node["metadata"]["uid"]
         for name, uid in node_uids.items():
             # kwok runs a node's pods only while it holds the node's Lease, and sets a
-            # Lease's owner only when it creates it: once the Lease names this node as
+            # Lease's owner only when it has none: once the Lease names this node as
             # its owner, the garbage collector leaves it and kwok runs what lands there
             await self.api.wait_for(f"{_NODE_LEASES}/{name}", _owned_by(uid), within=30)
         for obj in scenario.objects:
