@@ -10,11 +10,15 @@ from bench.targets import render, target_rows
 
 
 def _entry(
-    workload: str, cpu_mode: str, ks: dict[str, Any], kube: dict[str, Any]
+    workload: str,
+    cpu_mode: str,
+    ks: dict[str, Any],
+    kube: dict[str, Any],
+    throttle: str = "unthrottled",
 ) -> dict[str, Any]:
     return {
         "workload": workload,
-        "throttle": "unthrottled",
+        "throttle": throttle,
         "cpu_mode": cpu_mode,
         "schedulers": {"kscheduler": ks, "kube-scheduler": kube},
     }
@@ -39,9 +43,10 @@ def test_each_target_is_judged_against_its_bound() -> None:
             _entry("TopologySpreading", "pinned", _sched(1.1, 140, 0.9488), _sched(2.0, 100)),
             _entry("Preemption", "pinned", _sched(3.0, 10), _sched(2.0, 10)),
             _entry("SchedulingBasic", "shared", _sched(1.2, 100), _sched(2.0, 100)),
+            _entry("SchedulingBasic", "pinned", _sched(0.9, 50, 0.5), _sched(2.0, 50), "default"),
         ]
     )
-    basic, spread, preemption, shared = rows
+    basic, spread, preemption, shared, client_limited = rows
     assert basic["cpu_target"] == "met" and basic["cpu_ratio"] == pytest.approx(0.45)
     assert basic["throughput_target"] == "met" and basic["ceiling_target"] == "met"
     assert basic["basic_cpu_target"] == "met"
@@ -53,6 +58,9 @@ def test_each_target_is_judged_against_its_bound() -> None:
     # the throughput targets apply to four workloads, pinned
     assert preemption["cpu_target"] == "not met" and preemption["throughput_target"] == ""
     assert shared["throughput_target"] == "" and shared["basic_cpu_target"] == "not met"
+    # and unthrottled: at 50 qps both bind at their client's limit
+    assert client_limited["throughput_target"] == "" and client_limited["ceiling_target"] == ""
+    assert client_limited["cpu_target"] == "met" and client_limited["basic_cpu_target"] == "met"
     assert "94.9% not met" in render(rows, markdown=True)
 
 
