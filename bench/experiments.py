@@ -14,6 +14,10 @@ Patches (``ALL`` applies every one of them but the in-process ones):
 
 * ``gc``             (for bench.cycle) the daemon's GC policy in this process: a
                      higher generation-0 threshold, gc.freeze() once synced.
+* ``no-node-memo``   the framework's node memo off (kscheduler.framework.node_memo):
+                     every Filter and Score plugin on every node, each cycle. With
+                     ``bench.cycle --patches no-node-memo --check``, the pods placed
+                     differently with the memo and without it.
 
 Proposals that were measured here and then made in the source (a yield between
 cycles, batch ``score_nodes`` scoring, O(log n) event-log trimming, the GC
@@ -44,7 +48,7 @@ def patch(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
 
 
 #: Patches that only hold in process (bench.cycle): left out of ALL.
-IN_PROCESS_ONLY: frozenset[str] = frozenset()
+IN_PROCESS_ONLY: frozenset[str] = frozenset({"no-node-memo"})
 
 
 def apply(names: Sequence[str]) -> None:
@@ -75,6 +79,17 @@ def _gc() -> None:
         gc.freeze()  # the synced cache is long-lived: keep it out of every collection
 
     SchedulerApp._wait_synced = wait_synced  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- no-node-memo
+
+
+@patch("no-node-memo")
+def _no_node_memo() -> None:
+    """Every plugin on every node, each cycle: the node memo off (to compare with it)."""
+    from kscheduler.framework.runtime import Framework
+
+    Framework.node_memo = False
 
 
 # --------------------------------------------------------------------------- main

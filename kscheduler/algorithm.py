@@ -123,6 +123,19 @@ def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
     return max(num, MIN_FEASIBLE_NODES_TO_FIND)
 
 
+def _rotation_slice(nodes: Sequence[NodeInfo], start: int, lo: int, hi: int) -> Sequence[NodeInfo]:
+    """Positions ``lo`` to ``hi`` (``hi`` at most ``len(nodes)``) of ``nodes`` taken in
+    rotation from ``start``: ``[*nodes[start:], *nodes[:start]][lo:hi]`` without
+    copying the whole list."""
+    n = len(nodes)
+    a, b = start + lo, start + hi
+    if b <= n:
+        return nodes[a:b]
+    if a >= n:
+        return nodes[a - n : b - n]
+    return [*nodes[a:], *nodes[: b - n]]
+
+
 class Algorithm:
     """Holds what persists between cycles: the rotating start index and the RNG."""
 
@@ -307,10 +320,15 @@ class Algorithm:
         # not visited, whatever their verdict.
         filters = fwk.filters_to_run(state)
         nominated_nodes = fwk.nodes_with_nominated_pods()
-        order = [*nodes[start:], *nodes[:start]] if start else nodes
+        # verdicts kept from earlier cycles, when every filter of this one is node-local
+        memo = fwk.filter_memo(filters, state, pod) if record is None and skip is None else None
+        order: Sequence[NodeInfo] = nodes  # rotation order: from ``start`` on, wrapping
+        rotated = False
         in_order: list[str] | None = None  # with nodes skipped: the names in rotation order
         skipped = skip(state) if skip is not None else None
         if skipped:
+            order = [*nodes[start:], *nodes[:start]]
+            rotated = True
             in_order = list(map(_name, order))
             order = list(compress(order, map(not_, map(skipped.__contains__, in_order))))
         m = len(order)
@@ -318,8 +336,14 @@ class Algorithm:
         visited = 0
         while visited < m and len(feasible) < to_find:
             size = max(to_find - len(feasible), MIN_FILTER_CHUNK)
-            chunk = order[visited : visited + size]
-            rejected = fwk.run_filters_on(filters, state, pod, chunk)
+            if rotated:
+                chunk = order[visited : visited + size]
+            else:
+                chunk = _rotation_slice(nodes, start, visited, min(visited + size, m))
+            if memo is None:
+                rejected = fwk.run_filters_on(filters, state, pod, chunk)
+            else:
+                rejected = fwk.run_filters_memo(memo, filters, state, pod, chunk)
             if not rejected and not nominated_nodes and record is None:
                 take = chunk[: to_find - len(feasible)]  # every node of the chunk fits
                 feasible.extend(take)
@@ -380,7 +404,7 @@ class Algorithm:
         if totals.count(best) == 1:
             pick = totals.index(best)
         else:
-            ties = [i for i, t in enumerate(totals) if t == best]
+            ties = list(compress(range(len(totals)), map(best.__eq__, totals)))
             pick = ties[self.rng.randrange(len(ties))]
         return nodes[pick].name, dict(zip(map(_name, nodes), totals, strict=True))
 

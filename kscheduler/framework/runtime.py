@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from itertools import compress, repeat
+from operator import attrgetter, is_, is_not
+from typing import Any, Final, Protocol
 
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.interface import (
@@ -39,6 +41,7 @@ from kscheduler.framework.interface import (
     SharedLister,
     WaitingPod,
 )
+from kscheduler.framework.node_memo import NodeMemos
 from kscheduler.framework.registry import Registry
 from kscheduler.framework.signing import (
     OpportunisticBatch,
@@ -53,6 +56,13 @@ from kscheduler.framework.types import NodeInfo, PodInfo, QueuedPodInfo
 FilterFn = Callable[[CycleState, PodInfo, NodeInfo], Status | None]
 #: A bound BatchFilter.filter_nodes: (state, pod, nodes) -> rejections by position.
 BatchFilterFn = Callable[[CycleState, PodInfo, Sequence[NodeInfo]], dict[int, Status]]
+
+#: A plugin's filter_key or score_key (see kscheduler.framework.node_memo).
+NodeKeyFn = Callable[[CycleState, PodInfo], Hashable | None]
+
+_name = attrgetter("name")
+#: A verdict not kept (never a real verdict: compared by identity).
+_UNKNOWN: Final = Status(Code.ERROR, ["no verdict kept"])
 
 #: Permit may hold a pod for at most this long.
 MAX_PERMIT_WAIT = 15 * 60.0
@@ -128,6 +138,10 @@ class WaitingPodEntry:
 
 class Framework:
     """Runs the plugins of one profile. Implements the plugins' Handle."""
+
+    #: Keep the verdicts and raw scores of node-local plugins across cycles (see
+    #: kscheduler.framework.node_memo); off, every plugin runs on every node.
+    node_memo = True
 
     def __init__(
         self,
@@ -287,6 +301,17 @@ class Framework:
         self._filters: list[tuple[str, FilterFn, BatchFilterFn | None]] = [
             (p.name, p.filter, getattr(p, "filter_nodes", None)) for p in self.filter_plugins
         ]
+        self._filters_wrapped = False
+        # NodeLocalFilter / NodeLocalScore keys (None: the plugin keeps nothing); the
+        # verdicts and scores kept so far were made by the methods replaced
+        self._filter_keys: dict[str, NodeKeyFn | None] = {
+            p.name: getattr(p, "filter_key", None) for p in self.filter_plugins
+        }
+        self._score_keys: dict[str, NodeKeyFn | None] = {
+            p.name: getattr(p, "score_key", None) for p in self.score_plugins
+        }
+        self._filter_memos: NodeMemos[Status | None] = NodeMemos()
+        self._score_memos: NodeMemos[int] = NodeMemos()
         # (plugin, its batch scorer or None, normalizes?, its int normalizer or None,
         # weight): isinstance on a Protocol is slow
         self._score_plan = [
@@ -373,9 +398,11 @@ class Framework:
         plugins' own back (``explain --max`` keeps verdicts that cannot change)."""
         saved = self._filters
         self._filters = [(name, *wrap(name, f, b)) for name, f, b in saved]
+        self._filters_wrapped = True
 
         def restore() -> None:
             self._filters = saved
+            self._filters_wrapped = False
 
         return restore
 
@@ -424,6 +451,63 @@ class Framework:
             keep = [j for j in range(len(todo)) if j not in found]
             alive = [alive[j] for j in keep] if alive is not None else keep
             todo = [todo[j] for j in keep]
+        return rejected
+
+    def filter_memo(
+        self,
+        filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
+        state: CycleState,
+        pod: PodInfo,
+    ) -> dict[str, Status | None] | None:
+        """After PreFilter: the verdicts kept for this cycle's ``filters`` (from
+        :meth:`filters_to_run`) when every one of them is node-local this cycle, for
+        :meth:`run_filters_memo`; else None."""
+        if not self.node_memo or self._filters_wrapped:
+            return None
+        keys = self._filter_keys
+        parts: list[Hashable] = []
+        for name, _, _ in filters:
+            fn = keys.get(name)
+            if fn is None:
+                return None
+            key = fn(state, pod)
+            if key is None:
+                return None
+            parts.append((name, key))
+        return self._filter_memos.get(tuple(parts), self._snapshot)
+
+    def run_filters_memo(
+        self,
+        memo: dict[str, Status | None],
+        filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+    ) -> dict[int, Status]:
+        """:meth:`run_filters_on` with the verdicts kept in ``memo`` (from
+        :meth:`filter_memo`): only the nodes without one are filtered, and their
+        verdicts kept (errors excepted)."""
+        names = list(map(_name, nodes))
+        verdicts = list(map(memo.get, names, repeat(_UNKNOWN)))
+        if verdicts.count(None) == len(verdicts):
+            return {}  # every node passed before and has not changed since
+        positions = range(len(verdicts))
+        rejected: dict[int, Status] = {}
+        for i in compress(positions, map(is_not, verdicts, repeat(None))):
+            v = verdicts[i]
+            if v is not _UNKNOWN and v is not None:
+                rejected[i] = v
+        todo = list(compress(positions, map(is_, verdicts, repeat(_UNKNOWN))))
+        if todo:
+            found = self.run_filters_on(filters, state, pod, [nodes[i] for i in todo])
+            for j, i in enumerate(todo):
+                st = found.get(j)
+                if st is None:
+                    memo[names[i]] = None
+                else:
+                    rejected[i] = st
+                    if st.code != Code.ERROR:
+                        memo[names[i]] = st
         return rejected
 
     def iterate_waiting_pods(self) -> list[WaitingPod]:
@@ -660,24 +744,29 @@ class Framework:
             record = {}
             state.write("RecordScores", record)
         names: list[str] | None = None
+        memo_ok = self.node_memo and record is None
         for p, batch, normalizes, fast_normalize, w in self._score_plan:
             if skip and p.name in skip:
                 continue
             ints: list[int]
             try:
-                if batch is not None:
-                    ints, st = batch(state, pod, nodes)
-                    if st is not None and st.code != Code.SUCCESS:
-                        return out, st.with_plugin(p.name)
+                memo: dict[str, int] | None = None
+                if memo_ok:
+                    key_fn = self._score_keys[p.name]
+                    key = key_fn(state, pod) if key_fn is not None else None
+                    if key is not None:
+                        memo = self._score_memos.get((p.name, key), self._snapshot)
+                checked = False  # every score known to be in [0, 100]
+                if memo is None:
+                    ints, st = self._raw_scores(p, batch, state, pod, nodes)
                 else:
-                    fn = p.score
-                    ints = []
-                    append = ints.append
-                    for ni in nodes:
-                        s, st = fn(state, pod, ni)
-                        if st is not None and st.code != Code.SUCCESS:
-                            return out, st.with_plugin(p.name)
-                        append(s)
+                    if names is None:
+                        names = list(map(_name, nodes))
+                    ints, st, checked = self._raw_scores_memo(
+                        memo, names, p, batch, state, pod, nodes, check=not normalizes
+                    )
+                if st is not None:
+                    return out, st.with_plugin(p.name)
                 raw = ints
                 if fast_normalize is not None:
                     ints, st = fast_normalize(state, pod, ints)
@@ -695,7 +784,7 @@ class Framework:
                 return out, Status.as_error(exc, p.name)
             if record is not None:
                 record[p.name] = (list(raw), list(ints))
-            if ints and (min(ints) < 0 or max(ints) > 100):
+            if ints and not checked and (min(ints) < 0 or max(ints) > 100):
                 bad = next(v for v in ints if not 0 <= v <= 100)
                 return out, Status.as_error(
                     f"plugin {p.name} returns an invalid score {bad}, it should be in the "
@@ -705,6 +794,66 @@ class Framework:
             out[p.name] = [v * w for v in ints] if w != 1 else ints
         self._observe("Score", None, t0)
         return out, None
+
+    @staticmethod
+    def _raw_scores(
+        p: ScorePlugin,
+        batch: Callable[[CycleState, PodInfo, Sequence[NodeInfo]], tuple[list[int], Status | None]]
+        | None,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+    ) -> tuple[list[int], Status | None]:
+        """One plugin's scores of ``nodes`` before normalising; a failure status."""
+        if batch is not None:
+            ints, st = batch(state, pod, nodes)
+            if st is not None and st.code != Code.SUCCESS:
+                return ints, st
+            return ints, None
+        fn = p.score
+        ints = []
+        append = ints.append
+        for ni in nodes:
+            s, st = fn(state, pod, ni)
+            if st is not None and st.code != Code.SUCCESS:
+                return ints, st
+            append(s)
+        return ints, None
+
+    def _raw_scores_memo(
+        self,
+        memo: dict[str, int],
+        names: list[str],
+        p: ScorePlugin,
+        batch: Callable[[CycleState, PodInfo, Sequence[NodeInfo]], tuple[list[int], Status | None]]
+        | None,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        *,
+        check: bool,
+    ) -> tuple[list[int], Status | None, bool]:
+        """:meth:`_raw_scores` with the scores kept in ``memo``: only the nodes without
+        one are scored, and their scores kept. ``check``: keep only scores in
+        [0, 100]; the third value then says whether every score is in that range
+        (the kept ones were checked before)."""
+        kept: list[int | None] = list(map(memo.get, names))
+        if None not in kept:
+            return kept, None, check  # type: ignore[return-value]
+        todo = _positions_of_none(kept)
+        # a few nodes (one per placement since the last visit, typically) one by one
+        fresh, st = self._raw_scores(
+            p, batch if len(todo) > 8 else None, state, pod, [nodes[i] for i in todo]
+        )
+        if st is not None:
+            return [], st, False
+        for i, v in zip(todo, fresh, strict=True):
+            kept[i] = v
+        if check and fresh and (min(fresh) < 0 or max(fresh) > 100):
+            return kept, None, False  # type: ignore[return-value]
+        for i, v in zip(todo, fresh, strict=True):
+            memo[names[i]] = v
+        return kept, None, check  # type: ignore[return-value]
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:
         t0 = time.perf_counter()
@@ -890,6 +1039,19 @@ async def _pre_bind_one(
             return Status.as_error(f'running PreBind plugin "{p.name}": {st.message}', p.name)
         return st.with_plugin(p.name)
     return None
+
+
+def _positions_of_none(values: list[Any]) -> list[int]:
+    """Where ``values`` holds None (a few places, typically: found at C speed)."""
+    out: list[int] = []
+    i = -1
+    index = values.index
+    try:
+        while True:
+            i = index(None, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
 
 
 def go_list(items: Sequence[str]) -> str:

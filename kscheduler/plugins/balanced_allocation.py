@@ -18,7 +18,7 @@ devices there as allocatable and those allocated to claims as requested.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,6 +206,14 @@ class NodeResourcesBalancedAllocation:
         if self.handle is None:
             return None
         return extended_resource_devices(self._names, self.handle.objects.list)
+
+    def score_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalScore: the pod's request per resource; None when DRA devices back
+        one of them (their use is counted across the cluster)."""
+        requests = state.get(PRE_SCORE_KEY)
+        if requests is None or state.get(PRE_SCORE_DRA_KEY) is not None:
+            return None
+        return tuple(requests)
 
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo

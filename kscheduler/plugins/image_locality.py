@@ -10,7 +10,7 @@ clamped to [23 MiB, 1000 MiB * containers] and mapped linearly onto [0, 100].
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -121,6 +121,22 @@ class ImageLocality:
         spread = _ImageSpread(states, len(all_nodes))
         state.write(_SPREAD_KEY, spread)
         return spread
+
+    def score_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalScore: the pod's images and container count, and how the cluster
+        holds those images (sizes, nodes holding each, the number of nodes)."""
+        spec = pod.spec
+        num_containers = len(spec.get("containers") or []) + len(spec.get("initContainers") or [])
+        images = [normalized_image_name(i) for i in pod.images]
+        if not images:
+            return (num_containers,)
+        spread = self._spread(state, images)
+        return (
+            num_containers,
+            tuple(images),
+            tuple(sorted(spread.states.items())),
+            spread.total,
+        )
 
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo

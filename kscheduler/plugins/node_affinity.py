@@ -6,7 +6,7 @@ part filters ("scheduler-enforced"), its preferred terms add to the score.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +179,15 @@ class NodeAffinity:
         if not _matches_required(pod, node.labels, node.name):
             return Status.unresolvable(ERR_REASON_POD)
         return None
+
+    def filter_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalFilter: the pod's node selector and required node affinity."""
+        return (tuple(sorted(pod.node_selector.items())), pod.required_node_affinity)
+
+    def score_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalScore: the pod's preferred terms PreScore kept."""
+        terms: tuple[PreferredTerm, ...] | None = state.get(PRE_SCORE_KEY)
+        return terms
 
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]

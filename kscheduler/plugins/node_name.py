@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -44,6 +44,11 @@ class NodeName:
         if wanted and wanted != node_info.name:
             return Status.unresolvable(ERR_REASON)
         return None
+
+    def filter_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalFilter: the node the pod names, if any."""
+        wanted: str = pod.spec.get("nodeName") or ""
+        return wanted
 
     def filter_nodes(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -7,7 +7,7 @@ the same IP.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -85,6 +85,11 @@ class NodePorts:
             return None, Status.skip()
         state.write(PRE_FILTER_KEY, pod.host_ports)
         return None, None
+
+    def filter_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalFilter: the host ports the pod wants."""
+        wanted = state.get(PRE_FILTER_KEY)
+        return None if wanted is None else tuple(wanted)
 
     def filter(self, state: CycleState, pod: PodInfo, node_info: NodeInfo) -> Status | None:
         """Unschedulable when a wanted host port is taken (preemption may free it)."""

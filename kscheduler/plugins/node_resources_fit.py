@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -635,6 +635,18 @@ class NodeResourcesFit:
         )
         return Status(code, [r.reason for r in short])
 
+    def filter_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalFilter: the pod's effective request and which of its resources
+        DeviceClasses back (those are left to DynamicResources)."""
+        req = state.get(PRE_FILTER_KEY)
+        if req is None:
+            return None
+        if not req.scalar:
+            return (req.milli_cpu, req.memory, req.ephemeral_storage)
+        backed = state.get(PRE_FILTER_DRA_KEY) or frozenset()
+        scalar = tuple(sorted(req.scalar.items()))
+        return (req.milli_cpu, req.memory, req.ephemeral_storage, scalar, backed)
+
     def filter_nodes(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> dict[int, Status]:
@@ -679,6 +691,14 @@ class NodeResourcesFit:
         if self.handle is None:
             return None
         return extended_resource_devices(self._names, self.handle.objects.list)
+
+    def score_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalScore: the pod's request per scored resource; None when DRA devices
+        back a scored resource (their use is counted across the cluster)."""
+        reqs = state.get(PRE_SCORE_KEY)
+        if reqs is None or state.get(PRE_SCORE_DRA_KEY) is not None:
+            return None
+        return tuple(reqs)
 
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo

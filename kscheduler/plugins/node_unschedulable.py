@@ -3,7 +3,7 @@ the node.kubernetes.io/unschedulable:NoSchedule taint."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -87,6 +87,10 @@ class NodeUnschedulable:
         if tolerates_taint(pod.tolerations, UNSCHEDULABLE_TAINT):
             return None
         return Status.unresolvable(ERR_REASON_UNSCHEDULABLE)
+
+    def filter_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalFilter: whether the pod tolerates the unschedulable taint."""
+        return tolerates_taint(pod.tolerations, UNSCHEDULABLE_TAINT)
 
     def filter_nodes(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -7,7 +7,7 @@ not tolerate; normalisation reverses it so the fewest such taints scores 100.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from kscheduler.framework import (
@@ -106,6 +106,15 @@ class TaintToleration:
         if find_untolerated_taint(node.taints, pod.tolerations) is None:
             return None
         return Status.unresolvable(ERR_REASON_UNTOLERATED)
+
+    def filter_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalFilter: the pod's tolerations."""
+        return tuple(pod.tolerations)
+
+    def score_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """NodeLocalScore: the tolerations PreScore kept."""
+        prefer: tuple[Toleration, ...] | None = state.get(PRE_SCORE_KEY)
+        return prefer
 
     def filter_nodes(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -1,0 +1,117 @@
+"""Filter verdicts and raw scores kept per node across cycles.
+
+Most of a cycle's work is per node: each Filter plugin on each node visited, each
+Score plugin on each feasible node. For many plugins that work reads nothing but
+the pod and the node's own NodeInfo (its Node object and its pods): a node whose
+NodeInfo did not change since the last cycle gets the same verdict and the same
+raw score for a pod that the plugin sees as the same. Such a plugin says so by
+implementing :class:`NodeLocalFilter` or :class:`NodeLocalScore`: after PreFilter
+(or PreScore) it gives a *key*, everything besides the NodeInfo that its verdict
+(or raw score) reads, or None when this cycle's verdicts read more.
+
+When every Filter plugin a cycle runs gives a key, the framework keeps the
+verdicts of the nodes it filtered under the tuple of those keys, and the next
+cycle with the same tuple filters only the nodes the snapshot reports as changed
+since (:meth:`SharedLister.changes_since`) or not seen yet. Raw scores are kept
+the same way, per Score plugin under its own key; normalising, weighting and
+summing still happen every cycle over that cycle's feasible nodes, so the
+outcome is the one of running every plugin on every node.
+
+A key must capture the pod's part and any state outside the node that the
+plugin reads (the cluster-wide image counts of ImageLocality, say); the plugin's
+configuration need not be in it, as the memos belong to one framework.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
+
+from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.interface import NodeChanges, SharedLister
+from kscheduler.framework.types import PodInfo
+
+V = TypeVar("V")
+
+#: Keys kept per framework and kind (each memo holds an entry per node seen).
+MEMO_LIMIT = 16
+
+
+@runtime_checkable
+class NodeLocalFilter(Protocol):
+    """Optional for a FilterPlugin: its verdicts may be kept across cycles."""
+
+    def filter_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """After PreFilter: what besides a node's NodeInfo this cycle's filter() reads,
+        so that equal keys give equal verdicts on an unchanged node; None when the
+        verdict reads more (other nodes, other objects) this cycle."""
+
+
+@runtime_checkable
+class NodeLocalScore(Protocol):
+    """Optional for a ScorePlugin: its raw scores may be kept across cycles."""
+
+    def score_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """After PreScore: what besides a node's NodeInfo this cycle's score() reads
+        (before normalising); None when the score reads more this cycle."""
+
+
+class NodeMemo(Generic[V]):
+    """Values by node name, valid for the lister's view at ``cursor``."""
+
+    __slots__ = ("_cursor", "_lister", "values")
+
+    def __init__(self) -> None:
+        self._lister: SharedLister | None = None
+        self._cursor: int | None = None
+        self.values: dict[str, V] = {}
+
+    def refresh(self, lister: SharedLister) -> bool:
+        """Drop the values of the nodes changed since the last refresh; False (values
+        unusable) when the lister cannot tell what changed."""
+        changes_since: Callable[[int | None], NodeChanges | None] | None = getattr(
+            lister, "changes_since", None
+        )
+        if changes_since is None:
+            return False
+        changes = changes_since(self._cursor if lister is self._lister else None)
+        if changes is None:
+            return False
+        if changes.names is None:
+            self.values.clear()
+        elif changes.names:
+            pop = self.values.pop
+            for name in changes.names:
+                pop(name, None)
+        self._lister = lister
+        self._cursor = changes.cursor
+        return True
+
+
+class NodeMemos(Generic[V]):
+    """NodeMemos by key; beyond ``limit`` the least recently used is forgotten."""
+
+    __slots__ = ("_by_key", "limit")
+
+    def __init__(self, limit: int = MEMO_LIMIT) -> None:
+        self.limit = limit
+        self._by_key: OrderedDict[Hashable, NodeMemo[V]] = OrderedDict()
+
+    def get(self, key: Hashable, lister: SharedLister) -> dict[str, V] | None:
+        """The values kept under ``key``, brought up to date with ``lister``; None when
+        the lister cannot tell what changed (nothing may be kept then)."""
+        memo = self._by_key.get(key)
+        if memo is None:
+            memo = self._by_key[key] = NodeMemo()
+            if len(self._by_key) > self.limit:
+                self._by_key.popitem(last=False)
+        else:
+            self._by_key.move_to_end(key)
+        return memo.values if memo.refresh(lister) else None
+
+    def clear(self) -> None:
+        self._by_key.clear()
+
+    def __len__(self) -> int:
+        return len(self._by_key)

@@ -1,0 +1,200 @@
+"""The node memo: verdicts and raw scores kept across cycles give the decisions of
+running every plugin on every node, through cluster changes of every kind."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from bench.cycle import FakeClient, FakeObjects, FakeRecorder, default_spec
+from kscheduler.algorithm import Algorithm, FitError, ScheduleResult
+from kscheduler.cache import Cache, Snapshot
+from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.node_memo import NodeMemos
+from kscheduler.framework.runtime import Framework
+from kscheduler.framework.types import PodInfo
+from kscheduler.plugins import in_tree_registry
+from tests.unit.builders import expr, node, pod
+
+IMAGE = "registry.k8s.io/app:1"
+
+
+def new_framework(cache: Cache) -> tuple[Framework, Snapshot]:
+    snapshot = Snapshot(cache)
+    fwk = Framework(
+        default_spec(),
+        in_tree_registry(),
+        snapshot=snapshot,
+        objects=FakeObjects(),
+        client=FakeClient(),
+        recorder=FakeRecorder(),
+    )
+    return fwk, snapshot
+
+
+def random_node(rng: random.Random, i: int) -> Any:
+    b = node(f"n{i:03d}").alloc(
+        cpu=str(rng.choice([1, 2, 4, 8])), memory=f"{rng.choice([2, 4, 16])}Gi", pods=8
+    )
+    b = b.label("zone", rng.choice(["a", "b", "c"]))
+    if rng.random() < 0.2:
+        b = b.taint("soft", "x", "PreferNoSchedule")
+    if rng.random() < 0.1:
+        b = b.taint("hard", "x", "NoSchedule")
+    if rng.random() < 0.05:
+        b = b.unschedulable()
+    if rng.random() < 0.3:
+        b = b.image(IMAGE, rng.choice([30, 300, 900]) * 1024 * 1024)
+    return b
+
+
+def pod_shapes(rng: random.Random) -> list[Any]:
+    """A few kinds of pods, each repeated: what the memo keeps results for."""
+    shapes = []
+    for k in range(6):
+        p = pod(f"shape{k}").container(image=IMAGE if k % 2 else "registry.k8s.io/pause:3.10")
+        p = p.req(cpu=f"{rng.choice([100, 500, 1500])}m", memory=f"{rng.choice([64, 512])}Mi")
+        if k == 2:
+            p = p.toleration("hard", "x", "NoSchedule")
+        if k == 3:
+            p = p.node_selector(zone="b")
+        if k == 4:
+            p = p.preferred(10, expr("zone", "In", "a"))
+        if k == 5:
+            p = p.host_port(8080)
+        shapes.append(p)
+    return shapes
+
+
+def change_cluster(rng: random.Random, cache: Cache, nodes: dict[str, Any], step: int) -> None:
+    """One change of the kinds a memo must notice: a Node replaced (taints, labels,
+    images, schedulability), a node added or removed, a pod removed."""
+    names = sorted(nodes)
+    kind = rng.randrange(5)
+    name = rng.choice(names)
+    if kind == 0:
+        nodes[name] = nodes[name].taint(
+            f"t{step}", "x", rng.choice(["NoSchedule", "PreferNoSchedule"])
+        )
+        cache.update_node(nodes[name].record())
+    elif kind == 1:
+        nodes[name] = nodes[name].label("zone", rng.choice(["a", "b", "c"]))
+        cache.update_node(nodes[name].record())
+    elif kind == 2:
+        nodes[name] = nodes[name].image(IMAGE, 500 * 1024 * 1024)
+        cache.update_node(nodes[name].record())
+    elif kind == 3:
+        nodes[f"n{900 + step:03d}"] = b = random_node(rng, 900 + step)
+        cache.add_node(b.record())
+    else:
+        placed = cache.assumed_pods()
+        if placed:
+            cache.forget(rng.choice(placed).uid)
+
+
+def schedule_all(seed: int, memo: bool) -> list[tuple[str, Any]]:
+    """Every decision of a run: the host and the result's detail, or why nothing fits."""
+    rng = random.Random(seed)
+    cache = Cache()
+    nodes = {}
+    for i in range(60):
+        b = random_node(rng, i)
+        nodes[f"n{i:03d}"] = b
+        cache.add_node(b.record())
+    fwk, snapshot = new_framework(cache)
+    fwk.node_memo = memo
+    algorithm = Algorithm(percentage_of_nodes_to_score=30, rng=random.Random(seed))
+    shapes = pod_shapes(rng)
+    out: list[tuple[str, Any]] = []
+    for step in range(500):
+        if rng.random() < 0.15:
+            change_cluster(rng, cache, nodes, step)
+        shape = shapes[rng.randrange(len(shapes))] if rng.random() < 0.5 else shapes[0]
+        p: PodInfo = shape.uid(f"uid-{step}").build()
+        state = CycleState()
+        snapshot.update()
+        try:
+            r: ScheduleResult = algorithm.schedule_pod(fwk, state, p, snapshot, cycle=step)
+        except FitError as fe:
+            statuses = fe.diagnosis.node_to_status.statuses
+            out.append(("", sorted((n, s.plugin, tuple(s.reasons)) for n, s in statuses.items())))
+            continue
+        out.append((r.suggested_host, (r.evaluated_nodes, r.feasible_nodes, r.scores, r.totals)))
+        cache.assume(p.with_node(r.suggested_host))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_decisions_with_the_memo_are_those_without_it(seed: int) -> None:
+    with_memo = schedule_all(seed, memo=True)
+    without = schedule_all(seed, memo=False)
+    assert with_memo == without
+    # the runs place pods and also turn some away, so both paths are compared
+    assert any(host for host, _ in with_memo)
+    assert any(not host for host, _ in with_memo)
+
+
+def test_the_memo_spares_plugin_calls_for_unchanged_nodes() -> None:
+    """The same pod twice on an unchanged cluster: the second cycle runs no Filter
+    on a node and no Score; one node changed: only that node is filtered again."""
+    cache = Cache()
+    for i in range(20):
+        cache.add_node(node(f"n{i}").alloc(cpu="4", memory="8Gi", pods=10).record())
+    fwk, snapshot = new_framework(cache)
+    calls: list[str] = []
+    for p in fwk.filter_plugins:
+        original = p.filter
+
+        def counted(state: Any, pod_: Any, ni: Any, _f: Any = original) -> Any:
+            calls.append(ni.name)
+            return _f(state, pod_, ni)
+
+        p.filter = counted  # type: ignore[method-assign]
+        if hasattr(p, "filter_nodes"):
+            p.filter_nodes = lambda s, q, ns, _f=counted: {  # type: ignore[attr-defined]
+                i: st for i, ni in enumerate(ns) if (st := _f(s, q, ni)) is not None
+            }
+    fwk.refresh_plans()
+    algorithm = Algorithm(rng=random.Random(1))
+
+    def cycle(uid: str) -> str:
+        snapshot.update()
+        p = pod("p").uid(uid).req(cpu="100m").build()
+        return algorithm.schedule_pod(fwk, CycleState(), p, snapshot).suggested_host
+
+    cycle("a")
+    assert len(set(calls)) == 20
+    calls.clear()
+    cycle("b")
+    assert calls == []
+    cache.update_node(node("n7").alloc(cpu="4", memory="8Gi", pods=10).label("x", "y").record())
+    cycle("c")
+    assert set(calls) == {"n7"}
+
+
+def test_a_lister_without_a_change_log_keeps_nothing() -> None:
+    class Plain:
+        pass
+
+    memos: NodeMemos[int] = NodeMemos()
+    assert memos.get("k", Plain()) is None  # type: ignore[arg-type]
+
+
+def test_memos_forget_the_least_recently_used_key() -> None:
+    cache = Cache()
+    snapshot = Snapshot(cache)
+    snapshot.update()
+    memos: NodeMemos[int] = NodeMemos(limit=2)
+    a = memos.get("a", snapshot)
+    assert a is not None
+    a["n1"] = 5
+    assert memos.get("b", snapshot) is not None
+    assert memos.get("a", snapshot) == {"n1": 5}
+    assert memos.get("c", snapshot) is not None  # forgets "b", the least recent
+    assert len(memos) == 2
+    assert memos.get("a", snapshot) == {"n1": 5}
+    cache.add_node(node("n1").record())
+    snapshot.update()
+    assert memos.get("a", snapshot) == {}  # n1 changed
