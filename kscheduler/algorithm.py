@@ -87,14 +87,90 @@ class ScheduleError(Exception):
         self.status = status
 
 
-@dataclass(slots=True)
 class ScheduleResult:
-    suggested_host: str
-    evaluated_nodes: int
-    feasible_nodes: int
-    #: plugin -> weighted scores (only when the cycle records detail)
-    scores: dict[str, list[int]] | None = None
-    totals: dict[str, int] | None = None
+    """Where the pod goes, and how the feasible nodes scored (none when it was
+    placed without scoring: one feasible node, or the nominated node)."""
+
+    __slots__ = (
+        "_columns",
+        "_detail",
+        "_names",
+        "_scores",
+        "_totals",
+        "evaluated_nodes",
+        "feasible_nodes",
+        "index",
+        "suggested_host",
+        "total_list",
+    )
+
+    def __init__(
+        self,
+        suggested_host: str,
+        evaluated_nodes: int,
+        feasible_nodes: int,
+        *,
+        names: Sequence[str] | None = None,
+        totals: list[int] | None = None,
+        index: int = -1,
+        columns: Callable[[], dict[str, list[int]]] | None = None,
+        detail: Callable[[int], dict[str, int]] | None = None,
+    ) -> None:
+        self.suggested_host = suggested_host
+        self.evaluated_nodes = evaluated_nodes
+        self.feasible_nodes = feasible_nodes
+        #: the weighted total of each scored node, in the order of ``names``
+        self.total_list = totals
+        #: the chosen node's place among them; -1 when nothing was scored
+        self.index = index
+        self._names = names
+        self._columns = columns
+        self._detail = detail
+        self._scores: dict[str, list[int]] | None = None
+        self._totals: dict[str, int] | None = None
+
+    @property
+    def scores(self) -> dict[str, list[int]] | None:
+        """Plugin -> weighted scores, in the order of the scored nodes."""
+        if self._scores is None and self._columns is not None:
+            self._scores = self._columns()
+        return self._scores
+
+    @property
+    def totals(self) -> dict[str, int] | None:
+        """Node -> weighted total."""
+        if self._totals is None and self._names is not None and self.total_list is not None:
+            self._totals = dict(zip(self._names, self.total_list, strict=True))
+        return self._totals
+
+    def host_scores(self) -> dict[str, int]:
+        """The chosen node's weighted score per plugin ({} when nothing was scored)."""
+        if self.index < 0:
+            return {}
+        if self._detail is not None:
+            return self._detail(self.index)
+        scores = self.scores or {}
+        return {plugin: s[self.index] for plugin, s in scores.items()}
+
+    @classmethod
+    def scored(
+        cls,
+        nodes: Sequence[NodeInfo],
+        evaluated: int,
+        scores: dict[str, list[int]],
+        totals: list[int],
+        index: int,
+    ) -> ScheduleResult:
+        """The result of scoring ``nodes`` into ``scores`` and choosing ``nodes[index]``."""
+        return cls(
+            nodes[index].name,
+            evaluated,
+            len(nodes),
+            names=list(map(_name, nodes)),
+            totals=totals,
+            index=index,
+            columns=lambda: scores,
+        )
 
 
 @dataclass(slots=True)
@@ -121,6 +197,15 @@ def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
         pct = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
     num = num_all_nodes * pct // 100
     return max(num, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def sum_scores(n: int, scores: dict[str, list[int]]) -> list[int]:
+    """Each of ``n`` nodes' total over the plugins' weighted scores."""
+    per_plugin = iter(scores.values())
+    totals = list(next(per_plugin, [0] * n))
+    for more in per_plugin:
+        totals = list(map(add, totals, more))
+    return totals
 
 
 def _rotation_slice(nodes: Sequence[NodeInfo], start: int, lo: int, hi: int) -> Sequence[NodeInfo]:
@@ -183,12 +268,30 @@ class Algorithm:
         evaluated = len(feasible) + len(diagnosis.node_to_status.statuses)
         if len(feasible) == 1 and record is None:
             return ScheduleResult(feasible[0].name, evaluated, 1)
+        if record is None:
+            st = fwk.run_pre_score(state, pod, feasible)
+            if st is not None:
+                raise ScheduleError(st)
+            summed, st = fwk.run_score_totals(state, pod, feasible)
+            if st is not None:
+                raise ScheduleError(st)
+            i = self.pick(summed.totals)
+            return ScheduleResult(
+                feasible[i].name,
+                evaluated,
+                len(feasible),
+                names=summed.names,
+                totals=summed.totals,
+                index=i,
+                columns=summed.columns,
+                detail=summed.detail,
+            )
         scores = self.prioritize(fwk, state, pod, feasible)
-        host, totals = self.select_host(feasible, scores)
-        if record is not None:
-            record.scores = scores
-            record.totals = totals
-        return ScheduleResult(host, evaluated, len(feasible), scores, totals)
+        totals = sum_scores(len(feasible), scores)
+        result = ScheduleResult.scored(feasible, evaluated, scores, totals, self.pick(totals))
+        record.scores = scores
+        record.totals = result.totals or {}
+        return result
 
     def _schedule_batching(
         self,
@@ -236,13 +339,8 @@ class Algorithm:
         )
         host = ranked[0].name
         fwk.batch.store(signature, hint, host, ranked[1:], cycle)
-        return ScheduleResult(
-            host,
-            evaluated,
-            len(feasible),
-            scores,
-            dict(zip(map(_name, feasible), totals, strict=True)),
-        )
+        index = next(i for i, ni in enumerate(feasible) if ni.name == host)
+        return ScheduleResult.scored(feasible, evaluated, scores, totals, index)
 
     def find_nodes_that_fit(
         self,
@@ -392,21 +490,13 @@ class Algorithm:
             raise ScheduleError(st)
         return scores
 
-    def select_host(
-        self, nodes: Sequence[NodeInfo], scores: dict[str, list[int]]
-    ) -> tuple[str, dict[str, int]]:
-        """Highest total wins; ties are broken uniformly at random."""
-        per_plugin = iter(scores.values())
-        totals = list(next(per_plugin, [0] * len(nodes)))
-        for more in per_plugin:
-            totals = list(map(add, totals, more))
+    def pick(self, totals: list[int]) -> int:
+        """The place of the highest total; ties are broken uniformly at random."""
         best = max(totals)
         if totals.count(best) == 1:
-            pick = totals.index(best)
-        else:
-            ties = list(compress(range(len(totals)), map(best.__eq__, totals)))
-            pick = ties[self.rng.randrange(len(ties))]
-        return nodes[pick].name, dict(zip(map(_name, nodes), totals, strict=True))
+            return totals.index(best)
+        ties = list(compress(range(len(totals)), map(best.__eq__, totals)))
+        return ties[self.rng.randrange(len(ties))]
 
     # ---- with extenders -------------------------------------------------------------------------
     async def schedule_pod_with_extenders(
@@ -471,11 +561,12 @@ class Algorithm:
         scores = self.prioritize(fwk, state, pod, feasible)
         for name, per_node in by_node.items():
             scores[name] = [per_node.get(ni.name, 0) for ni in feasible]
-        host, totals = self.select_host(feasible, scores)
+        totals = sum_scores(len(feasible), scores)
+        result = ScheduleResult.scored(feasible, evaluated, scores, totals, self.pick(totals))
         if record is not None:
             record.scores = scores
-            record.totals = totals
-        return ScheduleResult(host, evaluated, len(feasible), scores, totals)
+            record.totals = result.totals or {}
+        return result
 
     async def _pass_extenders(
         self,

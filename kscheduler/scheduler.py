@@ -91,20 +91,20 @@ class AttemptRecord:
 
 
 def result_detail(result: ScheduleResult) -> dict[str, Any]:
-    """The chosen node's scores, from what select_host already summed (O(feasible nodes))."""
+    """The chosen node's scores, from the totals the cycle summed (O(feasible nodes))."""
     out: dict[str, Any] = {
         "evaluatedNodes": result.evaluated_nodes,
         "feasibleNodes": result.feasible_nodes,
     }
-    scores, totals, host = result.scores, result.totals, result.suggested_host
-    if scores is None or totals is None or host not in totals:
+    totals = result.total_list
+    if totals is None or result.index < 0:
         return out  # one feasible node, or the nominated node: placed without scoring
-    total = totals[host]
+    total = totals[result.index]
     out["score"] = total
-    out["nodesWithThisScore"] = sum(1 for t in totals.values() if t == total)
+    out["nodesWithThisScore"] = totals.count(total)
+    scores = result.host_scores()
     if scores:
-        i = list(totals).index(host)  # totals and scores share the order of the nodes
-        out["scores"] = {plugin: s[i] for plugin, s in scores.items()}
+        out["scores"] = scores
     return out
 
 

@@ -13,9 +13,12 @@ When every Filter plugin a cycle runs gives a key, the framework keeps the
 verdicts of the nodes it filtered under the tuple of those keys, and the next
 cycle with the same tuple filters only the nodes the snapshot reports as changed
 since (:meth:`SharedLister.changes_since`) or not seen yet. Raw scores are kept
-the same way, per Score plugin under its own key; normalising, weighting and
-summing still happen every cycle over that cycle's feasible nodes, so the
-outcome is the one of running every plugin on every node.
+the same way: the Score plugins that do not normalise are summed per node
+(weighted) under the tuple of their keys, each node's sum kept with their raw
+scores, so that an unchanged node costs one lookup for all of them; a plugin
+that normalises keeps its raw scores under its own key, and normalising,
+weighting and summing still happen every cycle over that cycle's feasible
+nodes. The outcome is the one of running every plugin on every node.
 
 A key must capture the pod's part and any state outside the node that the
 plugin reads (the cluster-wide image counts of ImageLocality, say); the plugin's

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import attrgetter, is_, is_not
+from operator import add, attrgetter, is_, is_not, itemgetter, mul
 from typing import Any, Final, Protocol
 
 from kscheduler.framework.cycle_state import CycleState
@@ -60,6 +60,13 @@ BatchFilterFn = Callable[[CycleState, PodInfo, Sequence[NodeInfo]], dict[int, St
 #: A plugin's filter_key or score_key (see kscheduler.framework.node_memo).
 NodeKeyFn = Callable[[CycleState, PodInfo], Hashable | None]
 
+#: A bound BatchScorer.score_nodes: (state, pod, nodes) -> (scores, failure).
+BatchScoreFn = Callable[[CycleState, PodInfo, Sequence[NodeInfo]], tuple[list[int], Status | None]]
+#: A bound normalize_scores over plain ints.
+IntNormalizeFn = Callable[[CycleState, PodInfo, list[int]], tuple[list[int], Status | None]]
+#: (plugin, its batch scorer or None, normalizes?, its int normalizer or None, weight)
+ScorePlanEntry = tuple[ScorePlugin, BatchScoreFn | None, bool, IntNormalizeFn | None, int]
+
 _name = attrgetter("name")
 #: A verdict not kept (never a real verdict: compared by identity).
 _UNKNOWN: Final = Status(Code.ERROR, ["no verdict kept"])
@@ -74,6 +81,24 @@ class Nominator(Protocol):
     def nodes_with_nominated_pods(self) -> Collection[str]:
         """The names of the nodes that have nominated pods (a live view is fine)."""
         ...
+
+
+@dataclass(slots=True)
+class ScoreTotals:
+    """The Score extension point summed per node (:meth:`Framework.run_score_totals`)."""
+
+    #: the scored nodes' names
+    names: list[str]
+    #: each node's weighted total, in the order of ``names``
+    totals: list[int]
+    #: plugin -> weighted scores in the order of ``names`` (built when called)
+    columns: Callable[[], dict[str, list[int]]]
+    #: plugin -> weighted score of the node at a place of ``names``
+    detail: Callable[[int], dict[str, int]]
+
+    @classmethod
+    def failed(cls, names: list[str]) -> ScoreTotals:
+        return cls(names, [], dict, lambda _: {})
 
 
 class FrameworkObserver(Protocol):
@@ -312,9 +337,11 @@ class Framework:
         }
         self._filter_memos: NodeMemos[Status | None] = NodeMemos()
         self._score_memos: NodeMemos[int] = NodeMemos()
+        #: per node: the weighted sum of the fused plugins' scores, then their raw scores
+        self._sum_memos: NodeMemos[tuple[int, ...]] = NodeMemos()
         # (plugin, its batch scorer or None, normalizes?, its int normalizer or None,
         # weight): isinstance on a Protocol is slow
-        self._score_plan = [
+        self._score_plan: list[ScorePlanEntry] = [
             (
                 p,
                 getattr(p, "score_nodes", None),
@@ -738,16 +765,142 @@ class Framework:
         """
         t0 = time.perf_counter()
         out: dict[str, list[int]] = {}
-        skip = state.skip_score_plugins
         record: dict[str, tuple[list[int], list[int]]] | None = keep_raw
         if state.record:
             record = {}
             state.write("RecordScores", record)
-        names: list[str] | None = None
+        skip = state.skip_score_plugins
+        plan = [e for e in self._score_plan if e[0].name not in skip] if skip else self._score_plan
+        st = self._score_plugins(plan, state, pod, nodes, None, record, out)
+        if st is not None:
+            return out, st
+        self._observe("Score", None, t0)
+        return out, None
+
+    def run_score_totals(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[ScoreTotals, Status | None]:
+        """:meth:`run_score`'s scores summed per node (after PreScore).
+
+        With the node memo on, the plugins that give a score key and do not
+        normalise are summed once per node and the sum is kept with their raw
+        scores (kscheduler.framework.node_memo): an unchanged node costs one lookup
+        for all of them. The others run as in run_score. Which plugin fails, and
+        how, is as in run_score.
+        """
+        names = list(map(_name, nodes))
+        skip = state.skip_score_plugins
+        plan = [e for e in self._score_plan if e[0].name not in skip] if skip else self._score_plan
+        if not self.node_memo or state.record:
+            return self._plain_totals(state, pod, nodes, names, plan)
+        t0 = time.perf_counter()
+        fused: list[ScorePlanEntry] = []
+        fused_keys: list[Hashable] = []
+        rest: list[ScorePlanEntry] = []
+        for e in plan:
+            p, _, normalizes, _, w = e
+            key_fn = self._score_keys[p.name]
+            key = key_fn(state, pod) if key_fn is not None and not normalizes else None
+            if key is None:
+                rest.append(e)
+            else:
+                fused.append(e)
+                fused_keys.append((p.name, key, w))
+        kept: list[tuple[int, ...]] = []
+        totals: list[int] | None = None
+        if fused:
+            memo = self._sum_memos.get(tuple(fused_keys), self._snapshot)
+            if memo is None:
+                return self._plain_totals(state, pod, nodes, names, plan)
+            found: list[tuple[int, ...] | None] = list(map(memo.get, names))
+            if None in found:
+                todo = _positions_of_none(found)
+                sub = [nodes[i] for i in todo]
+                columns: list[list[int]] = []
+                for p, batch, _, _, _ in fused:
+                    ints, st = self._raw_scores(
+                        p, batch if len(todo) > 8 else None, state, pod, sub
+                    )
+                    if st is not None or (ints and (min(ints) < 0 or max(ints) > 100)):
+                        # a failure: reported as run_score reports it
+                        return self._plain_totals(state, pod, nodes, names, plan)
+                    columns.append(ints)
+                weights = [e[4] for e in fused]
+                for j, i in enumerate(todo):
+                    raws = [c[j] for c in columns]
+                    v = (sum(map(mul, raws, weights)), *raws)
+                    found[i] = v
+                    memo[names[i]] = v
+            kept = found  # type: ignore[assignment]
+            totals = list(map(itemgetter(0), kept))
+        others: dict[str, list[int]] = {}
+        if rest:
+            st = self._score_plugins(rest, state, pod, nodes, names, None, others)
+            if st is not None:
+                return ScoreTotals.failed(names), st
+            for ints in others.values():
+                totals = ints if totals is None else list(map(add, totals, ints))
+        if totals is None:
+            totals = [0] * len(nodes)
+        self._observe("Score", None, t0)
+        order = [e[0].name for e in plan]
+        place = {e[0].name: (k, e[4]) for k, e in enumerate(fused)}
+
+        def columns_of() -> dict[str, list[int]]:
+            out: dict[str, list[int]] = {}
+            for name in order:
+                at = place.get(name)
+                if at is None:
+                    out[name] = others[name]
+                else:
+                    k, w = at
+                    out[name] = [v[k + 1] * w for v in kept]
+            return out
+
+        def detail(i: int) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for name in order:
+                at = place.get(name)
+                out[name] = others[name][i] if at is None else kept[i][at[0] + 1] * at[1]
+            return out
+
+        return ScoreTotals(names, totals, columns_of, detail), None
+
+    def _plain_totals(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        names: list[str],
+        plan: Sequence[ScorePlanEntry],
+    ) -> tuple[ScoreTotals, Status | None]:
+        """run_score_totals from run_score's per-plugin lists."""
+        scores, st = self.run_score(state, pod, nodes)
+        if st is not None:
+            return ScoreTotals.failed(names), st
+        totals: list[int] | None = None
+        for ints in scores.values():
+            totals = ints if totals is None else list(map(add, totals, ints))
+
+        def detail(i: int) -> dict[str, int]:
+            return {plugin: s[i] for plugin, s in scores.items()}
+
+        return ScoreTotals(names, totals or [0] * len(nodes), lambda: scores, detail), None
+
+    def _score_plugins(
+        self,
+        plan: Sequence[ScorePlanEntry],
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        names: list[str] | None,
+        record: dict[str, tuple[list[int], list[int]]] | None,
+        out: dict[str, list[int]],
+    ) -> Status | None:
+        """Score, normalise, check and weight for each plugin of ``plan`` into ``out``;
+        the first failure. Raw scores come from the node memo unless ``record``."""
         memo_ok = self.node_memo and record is None
-        for p, batch, normalizes, fast_normalize, w in self._score_plan:
-            if skip and p.name in skip:
-                continue
+        for p, batch, normalizes, fast_normalize, w in plan:
             ints: list[int]
             try:
                 memo: dict[str, int] | None = None
@@ -766,34 +919,35 @@ class Framework:
                         memo, names, p, batch, state, pod, nodes, check=not normalizes
                     )
                 if st is not None:
-                    return out, st.with_plugin(p.name)
+                    return st.with_plugin(p.name)
                 raw = ints
                 if fast_normalize is not None:
                     ints, st = fast_normalize(state, pod, ints)
                     if st is not None and st.code != Code.SUCCESS:
-                        return out, st.with_plugin(p.name)
+                        return st.with_plugin(p.name)
                 elif normalizes:
                     if names is None:
                         names = [ni.name for ni in nodes]
                     scores = [NodeScore(n, v) for n, v in zip(names, ints, strict=True)]
-                    st = p.normalize_score(state, pod, scores)  # type: ignore[attr-defined]
-                    if st is not None and st.code != Code.SUCCESS:
-                        return out, st.with_plugin(p.name)
+                    normalized: Status | None = p.normalize_score(  # type: ignore[attr-defined]
+                        state, pod, scores
+                    )
+                    if normalized is not None and normalized.code != Code.SUCCESS:
+                        return normalized.with_plugin(p.name)
                     ints = [ns.score for ns in scores]
             except Exception as exc:
-                return out, Status.as_error(exc, p.name)
+                return Status.as_error(exc, p.name)
             if record is not None:
                 record[p.name] = (list(raw), list(ints))
             if ints and not checked and (min(ints) < 0 or max(ints) > 100):
                 bad = next(v for v in ints if not 0 <= v <= 100)
-                return out, Status.as_error(
+                return Status.as_error(
                     f"plugin {p.name} returns an invalid score {bad}, it should be in the "
                     "range of [0, 100] after normalizing",
                     p.name,
                 )
             out[p.name] = [v * w for v in ints] if w != 1 else ints
-        self._observe("Score", None, t0)
-        return out, None
+        return None
 
     @staticmethod
     def _raw_scores(

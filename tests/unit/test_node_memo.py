@@ -121,7 +121,10 @@ def schedule_all(seed: int, memo: bool) -> list[tuple[str, Any]]:
             statuses = fe.diagnosis.node_to_status.statuses
             out.append(("", sorted((n, s.plugin, tuple(s.reasons)) for n, s in statuses.items())))
             continue
-        out.append((r.suggested_host, (r.evaluated_nodes, r.feasible_nodes, r.scores, r.totals)))
+        detail = (r.evaluated_nodes, r.feasible_nodes, r.scores, r.totals, r.host_scores())
+        if r.scores is not None and r.index >= 0:
+            assert r.host_scores() == {k: v[r.index] for k, v in r.scores.items()}
+        out.append((r.suggested_host, detail))
         cache.assume(p.with_node(r.suggested_host))
     return out
 
