@@ -497,7 +497,10 @@ class Framework:
             fn = keys.get(name)
             if fn is None:
                 return None
-            key = fn(state, pod)
+            try:
+                key = fn(state, pod)
+            except Exception:
+                return None  # a failing key keeps nothing; filtering reports any failure
             if key is None:
                 return None
             parts.append((name, key))
@@ -800,7 +803,10 @@ class Framework:
         for e in plan:
             p, _, normalizes, _, w = e
             key_fn = self._score_keys[p.name]
-            key = key_fn(state, pod) if key_fn is not None and not normalizes else None
+            try:
+                key = key_fn(state, pod) if key_fn is not None and not normalizes else None
+            except Exception:
+                key = None  # a failing key keeps nothing; scoring reports any failure
             if key is None:
                 rest.append(e)
             else:
@@ -818,9 +824,12 @@ class Framework:
                 sub = [nodes[i] for i in todo]
                 columns: list[list[int]] = []
                 for p, batch, _, _, _ in fused:
-                    ints, st = self._raw_scores(
-                        p, batch if len(todo) > 8 else None, state, pod, sub
-                    )
+                    try:
+                        ints, st = self._raw_scores(
+                            p, batch if len(todo) > 8 else None, state, pod, sub
+                        )
+                    except Exception:
+                        return self._plain_totals(state, pod, nodes, names, plan)
                     if st is not None or (ints and (min(ints) < 0 or max(ints) > 100)):
                         # a failure: reported as run_score reports it
                         return self._plain_totals(state, pod, nodes, names, plan)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench.cycle import FakeClient, FakeObjects, FakeRecorder, default_spec
-from kscheduler.algorithm import Algorithm, FitError, ScheduleResult
+from kscheduler.algorithm import Algorithm, FitError, ScheduleError, ScheduleResult
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.node_memo import NodeMemos
@@ -201,3 +201,26 @@ def test_memos_forget_the_least_recently_used_key() -> None:
     cache.add_node(node("n1").record())
     snapshot.update()
     assert memos.get("a", snapshot) == {}  # n1 changed
+
+
+@pytest.mark.parametrize("memo", [True, False])
+def test_a_failing_kept_plugin_fails_the_cycle_as_without_the_memo(memo: bool) -> None:
+    cache = Cache()
+    for i in range(5):
+        cache.add_node(node(f"n{i}").alloc(cpu="4", memory="8Gi", pods=10).record())
+    fwk, snapshot = new_framework(cache)
+    fwk.node_memo = memo
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("broken scorer")
+
+    plugin = fwk.plugins["NodeResourcesBalancedAllocation"]
+    plugin.score = broken  # type: ignore[attr-defined]
+    plugin.score_nodes = broken  # type: ignore[attr-defined]
+    fwk.refresh_plans()
+    snapshot.update()
+    p = pod("p").uid("u").req(cpu="100m").build()
+    with pytest.raises(ScheduleError) as err:
+        Algorithm(rng=random.Random(1)).schedule_pod(fwk, CycleState(), p, snapshot)
+    assert err.value.status.plugin == "NodeResourcesBalancedAllocation"
+    assert "broken scorer" in err.value.status.message
