@@ -211,6 +211,9 @@ def test_foreign_cpu_sees_a_process_outside_the_tree() -> None:
     from bench.method import ForeignCpu, tree_seconds
 
     spin = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.6: pass\n"
+    # the orphan spins longer: it must still run at a reading after its 0.5th second
+    # (an exited process's CPU is seen no more), readings being 0.5 s apart
+    orphan = spin.replace("<0.6", "<2.0")
     # a child of this process is inside the tree (reaped, in this process's cutime)
     before = tree_seconds(os.getpid())
     subprocess.run([sys.executable, "-c", spin], check=True)
@@ -224,7 +227,7 @@ def test_foreign_cpu_sees_a_process_outside_the_tree() -> None:
             sys.executable,
             "-c",
             "import subprocess,sys;subprocess.Popen([sys.executable,'-c',"
-            + repr(spin)
+            + repr(orphan)
             + "],start_new_session=True)",
         ],
         check=True,
@@ -234,7 +237,7 @@ def test_foreign_cpu_sees_a_process_outside_the_tree() -> None:
         time.sleep(0.5)  # each reading walks /proc: this process's own CPU stays small
     assert outside.seconds() >= 0.5
     # this process's CPU meanwhile (its readings, the short-lived parent) but not the
-    # orphan's 0.6 s
+    # orphan's
     assert tree_seconds(os.getpid()) - before < 0.45
 
 
