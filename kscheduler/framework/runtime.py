@@ -961,8 +961,7 @@ class Framework:
     @staticmethod
     def _raw_scores(
         p: ScorePlugin,
-        batch: Callable[[CycleState, PodInfo, Sequence[NodeInfo]], tuple[list[int], Status | None]]
-        | None,
+        batch: BatchScoreFn | None,
         state: CycleState,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
@@ -988,8 +987,7 @@ class Framework:
         memo: dict[str, int],
         names: list[str],
         p: ScorePlugin,
-        batch: Callable[[CycleState, PodInfo, Sequence[NodeInfo]], tuple[list[int], Status | None]]
-        | None,
+        batch: BatchScoreFn | None,
         state: CycleState,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
