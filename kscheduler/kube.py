@@ -2,9 +2,11 @@
 
 kubernetes_asyncio reads the kubeconfig (exec plugins, token files, client
 certificates, auth providers) or the in-cluster service account; everything
-after that goes through one aiohttp session of ours, with orjson on both sides:
-the typed client is slower on the hot path and its binding call chokes on the
-Status the server returns.
+after that is ours, with orjson on both sides: the typed client is slower on
+the hot path and its binding call chokes on the Status the server returns.
+Ordinary requests (binds, events, status patches, lists) go over the lean
+keep-alive HTTP/1.1 pool of kscheduler.http1; watch streams, and every request
+when a proxy is configured, go through aiohttp.
 
 Every request passes a client-side token bucket (``qps``/``burst``, as
 client-go's), carries ``User-Agent: kscheduler/<version>`` and raises
@@ -12,10 +14,10 @@ client-go's), carries ``User-Agent: kscheduler/<version>`` and raises
 jittered exponential backoff that honours ``Retry-After``; see
 :meth:`KubeClient.request` for which requests qualify.
 
-aiohttp speaks HTTP/1.1 only: one request per connection. ``pool_size`` bounds
-the connections used for ordinary requests (and so the number of binds in
-flight); watch streams get their own connection pool so that they never starve
-binds, nor binds them.
+Both speak HTTP/1.1 only: one request per connection at a time. ``pool_size``
+bounds the connections used for ordinary requests (and so the number of binds
+in flight); watch streams get their own connection pool so that they never
+starve binds, nor binds them.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypedDict
+from urllib.parse import urlencode
 
 import aiohttp
 import orjson
 import structlog
 
 from kscheduler import __version__
+from kscheduler.http1 import ConnectFailed, ConnectionDropped, Endpoint, Http1Pool, ProtocolError
 
 __all__ = [
     "JSON",
@@ -550,8 +554,8 @@ def _query(params: Params) -> dict[str, str] | None:
     return out
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("Retry-After")
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header's value."""
     if not value:
         return None
     try:
@@ -646,6 +650,8 @@ class KubeClient:
         self._headers = {"Accept": "application/json", "User-Agent": user_agent}
         self._session: aiohttp.ClientSession | None = None
         self._stream_session: aiohttp.ClientSession | None = None
+        self._http1: Http1Pool | None = None
+        self._user_agent = user_agent
         self._extra: dict[str, Any] = {}
         if config.tls_server_name:
             self._extra["server_hostname"] = config.tls_server_name
@@ -688,7 +694,24 @@ class KubeClient:
             self._stream_session = self._new_session(self.stream_pool_size)
         return self._stream_session
 
+    def _pool(self) -> Http1Pool | None:
+        """The keep-alive pool for ordinary requests (None with a proxy: aiohttp's)."""
+        if self.config.proxy:
+            return None
+        if self._http1 is None:
+            self._http1 = Http1Pool(
+                Endpoint.parse(self._base),
+                ssl_context=self._ssl if isinstance(self._ssl, ssl.SSLContext) else None,
+                server_hostname=self.config.tls_server_name,
+                limit=self.pool_size,
+                user_agent=self._user_agent,
+            )
+        return self._http1
+
     async def close(self) -> None:
+        if self._http1 is not None:
+            await self._http1.close()
+            self._http1 = None
         for session in (self._session, self._stream_session):
             if session is not None and not session.closed:
                 await session.close()
@@ -753,32 +776,59 @@ class KubeClient:
         )
         reauthorized = False
         attempt = 0
+        pool = self._pool()
+        target = f"{path}?{urlencode(query)}" if pool is not None and query else path
         while True:
             await self.rate_limiter.acquire()
             headers = await self._headers_for(content_type)
             try:
-                async with self.session.request(
-                    method, url, params=query, data=data, headers=headers, **self._extra
-                ) as resp:
-                    payload = await resp.read()
-                    if resp.status < 300:
-                        return _decode(payload, resp.headers.get("Content-Type", ""))
+                if pool is not None:
+                    headers["Accept"] = "application/json"
+                    headers["Accept-Encoding"] = "gzip"
+                    answer = await pool.request(
+                        method, target, headers, data, timeout=self._timeout.total
+                    )
+                    if answer.status < 300:
+                        return _decode(answer.body, answer.get("content-type"))
                     error = ApiError.from_response(
-                        resp.status,
-                        payload,
+                        answer.status,
+                        answer.body,
                         method=method,
                         path=path,
-                        retry_after=_retry_after(resp.headers),
+                        retry_after=_retry_after(answer.get("retry-after")),
                     )
-            except (aiohttp.ClientSSLError, aiohttp.ClientConnectorCertificateError):
+                else:
+                    async with self.session.request(
+                        method, url, params=query, data=data, headers=headers, **self._extra
+                    ) as resp:
+                        payload = await resp.read()
+                        if resp.status < 300:
+                            return _decode(payload, resp.headers.get("Content-Type", ""))
+                        error = ApiError.from_response(
+                            resp.status,
+                            payload,
+                            method=method,
+                            path=path,
+                            retry_after=_retry_after(resp.headers.get("Retry-After")),
+                        )
+            except (
+                aiohttp.ClientSSLError,
+                aiohttp.ClientConnectorCertificateError,
+                ssl.SSLError,
+            ):
                 raise  # TLS misconfiguration: retrying cannot help
-            except (aiohttp.ClientConnectorError, _CONNECT_TIMEOUT) as exc:
+            except (aiohttp.ClientConnectorError, _CONNECT_TIMEOUT, ConnectFailed) as exc:
                 # Never reached the server: safe to retry whatever the method.
                 if attempt >= self.max_retries:
                     raise
                 delay = self._retry_delay(backoff, None)
                 log.debug("apiserver unreachable; retrying", path=path, error=str(exc), delay=delay)
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            except (
+                aiohttp.ClientConnectionError,
+                aiohttp.ClientPayloadError,
+                ConnectionDropped,
+                ProtocolError,
+            ) as exc:
                 if not idempotent or attempt >= self.max_retries:
                     raise
                 delay = self._retry_delay(backoff, None)
@@ -893,7 +943,7 @@ class KubeClient:
                         payload,
                         method="GET",
                         path=path,
-                        retry_after=_retry_after(resp.headers),
+                        retry_after=_retry_after(resp.headers.get("Retry-After")),
                     )
                     if error.is_unauthorized:
                         self.config.credentials.invalidate()
