@@ -419,7 +419,8 @@ class Algorithm:
         filters = fwk.filters_to_run(state)
         nominated_nodes = fwk.nodes_with_nominated_pods()
         # verdicts kept from earlier cycles, when every filter of this one is node-local
-        memo = fwk.filter_memo(filters, state, pod) if record is None and skip is None else None
+        memos = fwk.filter_memos(filters, state, pod) if record is None and skip is None else None
+        memo, nominated_memo = memos if memos is not None else (None, None)
         order: Sequence[NodeInfo] = nodes  # rotation order: from ``start`` on, wrapping
         rotated = False
         in_order: list[str] | None = None  # with nodes skipped: the names in rotation order
@@ -450,7 +451,9 @@ class Algorithm:
             for i, ni in enumerate(chunk):
                 visited += 1
                 if nominated_nodes and ni.name in nominated_nodes:
-                    st = fwk.run_filter_with_nominated_pods(state, pod, ni)
+                    st = fwk.run_filter_with_nominated_pods(
+                        state, pod, ni, plain=rejected.get(i), memo=nominated_memo
+                    )
                 else:
                     st = rejected.get(i)
                 if record is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
@@ -70,6 +71,14 @@ ScorePlanEntry = tuple[ScorePlugin, BatchScoreFn | None, bool, IntNormalizeFn | 
 _name = attrgetter("name")
 #: A verdict not kept (never a real verdict: compared by identity).
 _UNKNOWN: Final = Status(Code.ERROR, ["no verdict kept"])
+
+
+class _NotGiven(enum.Enum):
+    NOT_GIVEN = enum.auto()
+
+
+#: the nominated pods a verdict was made with, and the verdict
+NominatedVerdict = tuple[tuple[PodInfo, ...], Status | None]
 
 #: Permit may hold a pod for at most this long.
 MAX_PERMIT_WAIT = 15 * 60.0
@@ -336,6 +345,8 @@ class Framework:
             p.name: getattr(p, "score_key", None) for p in self.score_plugins
         }
         self._filter_memos: NodeMemos[Status | None] = NodeMemos()
+        #: per node: the nominated pods added and the verdict with them added
+        self._nominated_memos: NodeMemos[NominatedVerdict] = NodeMemos()
         self._score_memos: NodeMemos[int] = NodeMemos()
         #: per node: the weighted sum of the fused plugins' scores, then their raw scores
         self._sum_memos: NodeMemos[tuple[int, ...]] = NodeMemos()
@@ -489,6 +500,31 @@ class Framework:
         """After PreFilter: the verdicts kept for this cycle's ``filters`` (from
         :meth:`filters_to_run`) when every one of them is node-local this cycle, for
         :meth:`run_filters_memo`; else None."""
+        key = self._filter_memo_key(filters, state, pod)
+        return None if key is None else self._filter_memos.get(key, self._snapshot)
+
+    def filter_memos(
+        self,
+        filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
+        state: CycleState,
+        pod: PodInfo,
+    ) -> tuple[dict[str, Status | None], dict[str, NominatedVerdict] | None] | None:
+        """:meth:`filter_memo`, and beside it the verdicts with nominated pods added
+        (for :meth:`run_filter_with_nominated_pods`), kept under the same key."""
+        key = self._filter_memo_key(filters, state, pod)
+        if key is None:
+            return None
+        plain = self._filter_memos.get(key, self._snapshot)
+        if plain is None:
+            return None
+        return plain, self._nominated_memos.get(key, self._snapshot)
+
+    def _filter_memo_key(
+        self,
+        filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
+        state: CycleState,
+        pod: PodInfo,
+    ) -> Hashable | None:
         if not self.node_memo or self._filters_wrapped:
             return None
         keys = self._filter_keys
@@ -504,7 +540,7 @@ class Framework:
             if key is None:
                 return None
             parts.append((name, key))
-        return self._filter_memos.get(tuple(parts), self._snapshot)
+        return tuple(parts)
 
     def run_filters_memo(
         self,
@@ -678,27 +714,55 @@ class Framework:
         return None
 
     def run_filter_with_nominated_pods(
-        self, state: CycleState, pod: PodInfo, node_info: NodeInfo
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        node_info: NodeInfo,
+        *,
+        plain: Status | _NotGiven | None = _NotGiven.NOT_GIVEN,
+        memo: dict[str, NominatedVerdict] | None = None,
     ) -> Status | None:
         """Filter twice when pods of equal or higher priority are nominated to the node:
-        once with them added (they will be there), once without (they may not come)."""
+        once with them added (they will be there), once without (they may not come).
+
+        ``plain``: the verdict without them, when the caller has it already. ``memo``
+        (from :meth:`filter_memos`): verdicts with nominated pods added, kept per node
+        with the pods added (the same objects make the same verdict on an unchanged
+        node)."""
         nominated = (
             self._nominator.nominated_pods_for_node(node_info.name) if self._nominator else []
         )
         if nominated:
             added = [p for p in nominated if p.priority >= pod.priority and p.uid != pod.uid]
             if added:
-                ni = node_info.clone()
-                st2 = state.clone()
-                for p in added:
-                    ni.add_pod(p)
-                    err = self.run_pre_filter_add_pod(st2, pod, p, ni)
-                    if err is not None:
-                        return err
-                st = self.run_filter(st2, pod, ni)
+                kept = memo.get(node_info.name) if memo is not None else None
+                if (
+                    kept is not None
+                    and len(kept[0]) == len(added)
+                    and all(map(is_, kept[0], added))
+                ):
+                    st = kept[1]
+                else:
+                    st = self._filter_with_pods_added(state, pod, node_info, added)
+                    if memo is not None and (st is None or st.code != Code.ERROR):
+                        memo[node_info.name] = (tuple(added), st)
                 if st is not None:
                     return st
-        return self.run_filter(state, pod, node_info)
+        if plain is _NotGiven.NOT_GIVEN:
+            return self.run_filter(state, pod, node_info)
+        return plain
+
+    def _filter_with_pods_added(
+        self, state: CycleState, pod: PodInfo, node_info: NodeInfo, added: Sequence[PodInfo]
+    ) -> Status | None:
+        ni = node_info.clone()
+        st2 = state.clone()
+        for p in added:
+            ni.add_pod(p)
+            err = self.run_pre_filter_add_pod(st2, pod, p, ni)
+            if err is not None:
+                return err
+        return self.run_filter(st2, pod, ni)
 
     async def run_post_filter(
         self, state: CycleState, pod: PodInfo, statuses: NodeToStatus

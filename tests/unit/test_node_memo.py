@@ -94,8 +94,31 @@ def change_cluster(rng: random.Random, cache: Cache, nodes: dict[str, Any], step
             cache.forget(rng.choice(placed).uid)
 
 
-def schedule_all(seed: int, memo: bool) -> list[tuple[str, Any]]:
-    """Every decision of a run: the host and the result's detail, or why nothing fits."""
+class Nominations:
+    """Pods nominated to nodes (the scheduling queue's part), changed at random."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, list[PodInfo]] = {}
+
+    def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
+        return list(self.by_node.get(node_name, ()))
+
+    def nodes_with_nominated_pods(self) -> set[str]:
+        return {n for n, pods in self.by_node.items() if pods}
+
+    def change(self, rng: random.Random, shapes: list[Any], names: list[str], step: int) -> None:
+        name = rng.choice(names)
+        if self.by_node.get(name) and rng.random() < 0.5:
+            self.by_node[name].pop(rng.randrange(len(self.by_node[name])))
+            return
+        shape = shapes[rng.randrange(len(shapes))]
+        nominee = shape.uid(f"nominee-{step}").priority(rng.choice([-5, 0, 10])).build()
+        self.by_node.setdefault(name, []).append(nominee)
+
+
+def schedule_all(seed: int, memo: bool, *, nominate: bool = False) -> list[tuple[str, Any]]:
+    """Every decision of a run: the host and the result's detail, or why nothing fits.
+    ``nominate``: pods are nominated to nodes (and forgotten) as the run goes."""
     rng = random.Random(seed)
     cache = Cache()
     nodes = {}
@@ -107,10 +130,15 @@ def schedule_all(seed: int, memo: bool) -> list[tuple[str, Any]]:
     fwk.node_memo = memo
     algorithm = Algorithm(percentage_of_nodes_to_score=30, rng=random.Random(seed))
     shapes = pod_shapes(rng)
+    nominations = Nominations()
+    if nominate:
+        fwk.set_nominator(nominations)
     out: list[tuple[str, Any]] = []
     for step in range(500):
         if rng.random() < 0.15:
             change_cluster(rng, cache, nodes, step)
+        if nominate and rng.random() < 0.3:
+            nominations.change(rng, shapes, sorted(nodes), step)
         shape = shapes[rng.randrange(len(shapes))] if rng.random() < 0.5 else shapes[0]
         p: PodInfo = shape.uid(f"uid-{step}").build()
         state = CycleState()
@@ -137,6 +165,51 @@ def test_decisions_with_the_memo_are_those_without_it(seed: int) -> None:
     # the runs place pods and also turn some away, so both paths are compared
     assert any(host for host, _ in with_memo)
     assert any(not host for host, _ in with_memo)
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_with_nominated_pods_the_memo_decides_as_without_it(seed: int) -> None:
+    """Verdicts with nominated pods added are kept per node and the pods added; the
+    nominations change as the run goes."""
+    with_memo = schedule_all(seed, memo=True, nominate=True)
+    without = schedule_all(seed, memo=False, nominate=True)
+    assert with_memo == without
+    assert with_memo != schedule_all(seed, memo=True)  # the nominations count
+
+
+def test_verdicts_with_nominated_pods_are_kept_until_the_pods_or_the_node_change() -> None:
+    cache = Cache()
+    for i in range(4):
+        cache.add_node(node(f"n{i}").alloc(cpu="1", memory="8Gi", pods=10).record())
+    fwk, snapshot = new_framework(cache)
+    nominations = Nominations()
+    fwk.set_nominator(nominations)
+    big = pod("big").uid("nominee").priority(10).req(cpu="800m").build()
+    nominations.by_node = {f"n{i}": [big] for i in range(3)}
+    added: list[str] = []
+    original = fwk._filter_with_pods_added
+
+    def counted(state: Any, pod_: Any, ni: Any, pods: Any) -> Any:
+        added.append(ni.name)
+        return original(state, pod_, ni, pods)
+
+    fwk._filter_with_pods_added = counted  # type: ignore[method-assign]
+    algorithm = Algorithm(rng=random.Random(1))
+
+    def cycle(uid: str) -> str:
+        snapshot.update()
+        p = pod("p").uid(uid).req(cpu="500m").build()
+        return algorithm.schedule_pod(fwk, CycleState(), p, snapshot).suggested_host
+
+    assert cycle("a") == "n3"  # the nominee takes 800m of each other node's 1000m
+    assert sorted(added) == ["n0", "n1", "n2"]
+    added.clear()
+    assert cycle("b") == "n3"
+    assert added == []  # kept
+    nominations.by_node["n1"] = [pod("small").uid("s").priority(10).req(cpu="100m").build()]
+    cache.update_node(node("n2").alloc(cpu="1", memory="8Gi", pods=10).label("a", "b").record())
+    assert cycle("c") in {"n1", "n3"}
+    assert sorted(added) == ["n1", "n2"]
 
 
 def test_the_memo_spares_plugin_calls_for_unchanged_nodes() -> None:
