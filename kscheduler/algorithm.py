@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import chain, compress
 from operator import add, attrgetter, not_
 
 from kscheduler.extender import (
@@ -54,11 +54,8 @@ class FitError(Exception):
         self.diagnosis = diagnosis
 
     def reason_histogram(self) -> list[str]:
-        counts: Counter[str] = Counter()
         d = self.diagnosis.node_to_status
-        for st in d.statuses.values():
-            for r in st.reasons:
-                counts[r] += 1
+        counts = Counter(chain.from_iterable(map(_reasons, d.statuses.values())))
         absent = self.num_all_nodes - len(d.statuses)
         if d.absent is not None and absent > 0:
             for r in d.absent.reasons:
@@ -184,6 +181,7 @@ class FilterRecord:
 
 
 _name = attrgetter("name")
+_reasons = attrgetter("reasons")
 
 #: The fewest nodes filtered together (see Algorithm.find_nodes_that_fit).
 MIN_FILTER_CHUNK = 32

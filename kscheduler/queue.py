@@ -379,10 +379,12 @@ class SchedulingQueue:
             self._push_backoff(qp, "ScheduleAttemptFailure")
             self._trim_events()
             return
+        log = self._event_log
         helped = fl.activated or any(
             self._worth_requeue(qp, ev, old, new)
-            for seq, ev, old, new in self._event_log
-            if seq > fl.since_seq
+            for _, ev, old, new in itertools.islice(
+                log, bisect.bisect_right(log, fl.since_seq, key=_SEQ), None
+            )
         )
         self._trim_events()
         if helped:

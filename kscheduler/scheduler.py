@@ -313,12 +313,13 @@ class Scheduler:
         qp.unschedulable_plugins = set(fe.diagnosis.unschedulable_plugins)
         qp.pending_plugins = set(fe.diagnosis.pending_plugins)
         self.observer.unschedulable_plugins(qp.unschedulable_plugins, fwk.profile_name)
+        message = str(fe)
         self._fail(
             fwk,
             qp,
-            Status.unschedulable(str(fe)),
+            Status.unschedulable(message),
             REASON_UNSCHEDULABLE,
-            str(fe),
+            message,
             start,
             result=UNSCHEDULABLE,
             nominated=nominated,

@@ -9,7 +9,15 @@ client: what they need of the cluster comes through :class:`Handle`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Hashable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -470,6 +478,12 @@ class Handle(Protocol):
     def run_filter_with_nominated_pods(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo
     ) -> Status | None: ...
+
+    def node_local_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        """After PreFilter: a key such that this cycle's Filter verdict on a node reads
+        only that node's NodeInfo and the key, or None when it reads more (see
+        kscheduler.framework.node_memo); also None while the node memo is off."""
+        ...
 
     def run_pre_filter_add_pod(
         self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node_info: NodeInfo

@@ -519,6 +519,9 @@ class Framework:
             return None
         return plain, self._nominated_memos.get(key, self._snapshot)
 
+    def node_local_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
+        return self._filter_memo_key(self.filters_to_run(state), state, pod)
+
     def _filter_memo_key(
         self,
         filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],

@@ -39,11 +39,13 @@ order Go's sort leaves them in for up to twelve pods.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import is_
 from typing import Any
 
 import structlog
@@ -61,6 +63,7 @@ from kscheduler.framework import (
 )
 from kscheduler.framework.args import INT32_MAX, INT32_MIN, Fields
 from kscheduler.framework.interface import PreemptionExtenders, Victims
+from kscheduler.framework.node_memo import NodeMemos
 from kscheduler.framework.selectors import LabelSelector, SelectorError
 
 log = structlog.get_logger("kscheduler.plugins.default_preemption")
@@ -116,10 +119,14 @@ def parse_args(raw: Mapping[str, Any]) -> DefaultPreemptionArgs:
 
 def _start_time(pod: PodInfo) -> float | None:
     """status.startTime as a POSIX timestamp; None when the pod has not started."""
-    if not pod.start_time:
-        return None
+    return _timestamp(pod.start_time) if pod.start_time else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _timestamp(text: str) -> float | None:
+    """An RFC 3339 time as a POSIX timestamp (many pods share a start second)."""
     try:
-        return datetime.fromisoformat(pod.start_time).timestamp()
+        return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None
 
@@ -303,6 +310,11 @@ def _terminating_by_preemption(pod: PodInfo) -> bool:
     return False
 
 
+#: a dry run kept for a node: the nominated pods added, the victims, how many of them
+#: violate a PDB, the failure
+_DryRun = tuple[tuple[PodInfo, ...], tuple[PodInfo, ...], int, Status | None]
+
+
 class DefaultPreemption:
     name = NAME
     #: The informers the app must start for this plugin.
@@ -317,6 +329,8 @@ class DefaultPreemption:
         self.rng = rng or random.Random()
         #: Preemptor UID -> the task clearing nominations and evicting its victims.
         self._preempting: dict[str, asyncio.Task[None]] = {}
+        #: Dry runs kept per node (see find_candidates).
+        self._dry_runs: NodeMemos[_DryRun] = NodeMemos()
 
     # ---- PreEnqueue ----------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status | None:
@@ -446,7 +460,9 @@ class DefaultPreemption:
         potential = self.potential_nodes(statuses)
         if not potential:
             return [], {}, []
-        pdbs = _parse_pdbs(self._handle.objects.list("poddisruptionbudgets"))
+        raw_pdbs = self._handle.objects.list("poddisruptionbudgets")
+        pdbs = _parse_pdbs(raw_pdbs)
+        memo = self._dry_run_memo(state, pod, raw_pdbs)
         n = len(potential)
         offset = self.rng.randrange(n)
         wanted = self.calculate_num_candidates(n)
@@ -455,21 +471,64 @@ class DefaultPreemption:
         failed: dict[str, Status] = {}
         errors: list[str] = []
         for i in range(n):
-            ni = potential[(offset + i) % n].clone()
-            victims, violations, st = self.select_victims_on_node(state.clone(), pod, ni, pdbs)
+            node = potential[(offset + i) % n]
+            victims, violations, st = self._dry_run(state, pod, node, pdbs, memo)
             if st is None and victims:
                 group = non_violating if violations == 0 else violating
                 if len(group) < wanted:
-                    group.append(Candidate(ni.name, victims, violations))
+                    group.append(Candidate(node.name, victims, violations))
                 if non_violating and len(non_violating) + len(violating) >= wanted:
                     break
                 continue
             if st is None:
-                st = Status.as_error(f'expected at least one victim pod on node "{ni.name}"')
+                st = Status.as_error(f'expected at least one victim pod on node "{node.name}"')
             if st.code == Code.ERROR:
                 errors.append(st.message)
-            failed[ni.name] = st
+            failed[node.name] = st
         return non_violating + violating, failed, errors
+
+    def _dry_run_memo(
+        self, state: CycleState, pod: PodInfo, raw_pdbs: Sequence[Mapping[str, Any]]
+    ) -> dict[str, _DryRun] | None:
+        """The dry runs kept for this preemptor's kind, when the framework says its
+        Filter verdicts read only a node's NodeInfo (a node-local key): a node's
+        dry run then depends only on the node, that key, the preemptor's priority
+        (which pods may be evicted), the nominated pods added and the PDBs."""
+        key = self._handle.node_local_key(state, pod)
+        if key is None:
+            return None
+        budgets = tuple(
+            (meta.get("uid"), meta.get("resourceVersion"))
+            for meta in (b.get("metadata") or {} for b in raw_pdbs)
+        )
+        return self._dry_runs.get((key, pod.priority, budgets), self._handle.snapshot)
+
+    def _dry_run(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        node: NodeInfo,
+        pdbs: Sequence[_PDB],
+        memo: dict[str, _DryRun] | None,
+    ) -> tuple[list[PodInfo], int, Status | None]:
+        """select_victims_on_node on copies of ``node`` and ``state``, or the kept
+        outcome of an unchanged node with the same nominated pods added."""
+        if memo is None:
+            return self.select_victims_on_node(state.clone(), pod, node.clone(), pdbs)
+        added = tuple(
+            p
+            for p in self._handle.nominated_pods_for_node(node.name)
+            if p.priority >= pod.priority and p.uid != pod.uid
+        )
+        kept = memo.get(node.name)
+        if kept is not None and len(kept[0]) == len(added) and all(map(is_, kept[0], added)):
+            return list(kept[1]), kept[2], kept[3]
+        victims, violations, st = self.select_victims_on_node(
+            state.clone(), pod, node.clone(), pdbs
+        )
+        if st is None or st.code != Code.ERROR:
+            memo[node.name] = (added, tuple(victims), violations, st)
+        return victims, violations, st
 
     def select_victims_on_node(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo, pdbs: Sequence[_PDB]

@@ -755,3 +755,73 @@ async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     res, st = await env.preempt(p)
     assert (_node(res), _success(st)) == ("n1", True)  # the nomination stands
     assert (activated, released) == ([p.uid], [])
+
+
+# ---- dry runs kept across cycles -------------------------------------------------------------
+
+
+def dry_run(env: Env, p: PodInfo) -> tuple[list[tuple[str, list[str], int]], dict[str, str]]:
+    """find_candidates after this cycle's filters, as names."""
+    state = CycleState()
+    env.snap.update()
+    feasible, diagnosis = Algorithm().find_nodes_that_fit(env.fwk, state, p, env.snap)
+    assert not feasible
+    env.plugin.rng = random.Random(3)
+    candidates, failed, errors = env.plugin.find_candidates(state, p, diagnosis.node_to_status)
+    assert not errors
+    return (
+        [(c.node_name, [v.name for v in c.victims], c.num_pdb_violations) for c in candidates],
+        {n: st.message for n, st in failed.items()},
+    )
+
+
+async def test_dry_runs_are_kept_until_the_node_or_its_nominated_pods_change() -> None:
+    names = [f"n{i}" for i in range(6)]
+    nominated: dict[str, list[PodInfo]] = {}
+    env = Env(
+        [n4(n, low(f"{n}-a", "2", 1).build(), low(f"{n}-b", "2", 5).build()) for n in names],
+        nominated=nominated,
+        args={"minCandidateNodesPercentage": 100, "minCandidateNodesAbsolute": 6},
+    )
+    env.fwk.set_nominator(Nominator(nominated))  # empty for now
+    runs: list[str] = []
+    original = env.plugin.select_victims_on_node
+
+    def counted(state: Any, p: Any, ni: Any, pdbs: Any) -> Any:
+        runs.append(ni.name)
+        return original(state, p, ni, pdbs)
+
+    env.plugin.select_victims_on_node = counted  # type: ignore[method-assign]
+
+    def preemptor_(uid: str) -> PodInfo:
+        p = preemptor("3")
+        p.uid = uid
+        return p
+
+    def both_ways(uid: str) -> tuple[Any, list[str]]:
+        """The dry run with the memo, checked against one without it."""
+        runs.clear()
+        kept = dry_run(env, preemptor_(uid))
+        memo_runs = list(runs)
+        env.fwk.node_memo = False
+        assert dry_run(env, preemptor_(uid)) == kept
+        env.fwk.node_memo = True
+        return kept, memo_runs
+
+    first, ran = both_ways("a")
+    assert sorted(ran) == names
+    assert sorted(first[0]) == [(n, [f"{n}-b", f"{n}-a"], 0) for n in names]
+    again, ran = both_ways("b")
+    assert ran == [] and again == first
+    # a pod as important as the preemptor nominated to n2: n2 can no longer be made to fit
+    nominated["n2"] = [pod("nominee").uid("nominee").req(cpu="3").priority(100).build()]
+    changed, ran = both_ways("c")
+    assert ran == ["n2"] and "n2" in changed[1]
+    # a node changed
+    env.cache.remove_pod(env.snap.get("n4").pods[next(iter(env.snap.get("n4").pods))].uid)  # type: ignore[union-attr]
+    _, ran = both_ways("d")
+    assert ran == ["n4"]
+    # a lower-priority preemptor is a kind of its own (other pods may be evicted)
+    runs.clear()
+    dry_run(env, preemptor("3", prio=6))
+    assert len(runs) >= 5
