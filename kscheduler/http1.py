@@ -119,7 +119,6 @@ class _Connection(asyncio.Protocol):
         self._status = 0
         self._headers: dict[str, str] | None = None
         self._length = 0  # bytes of body, or _CHUNKED / _UNTIL_CLOSE
-        self._pos = 0  # where the unread part of _buf starts (after the head)
         self._chunks: list[bytes] = []
 
     # asyncio.Protocol
@@ -152,7 +151,7 @@ class _Connection(asyncio.Protocol):
             and self._headers is not None
         ):
             self._waiter = None
-            waiter.set_result(self._finish(bytes(self._buf[self._pos :])))
+            waiter.set_result(self._finish(bytes(self._buf)))
         self.keep_alive = False
         return False  # let the transport close
 
@@ -174,7 +173,6 @@ class _Connection(asyncio.Protocol):
         self._status = 0
         self._headers = None
         self._length = 0
-        self._pos = 0
         self._chunks = []
         self._buf.clear()
         self.transport.write(data)
@@ -247,8 +245,8 @@ class _Connection(asyncio.Protocol):
             self.keep_alive = False
 
     def _parse_chunks(self) -> Response | None:
-        buf = self._buf
-        pos = self._pos
+        buf = self._buf  # the head is gone: chunks from the start
+        pos = 0
         while True:
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
@@ -267,9 +265,7 @@ class _Connection(asyncio.Protocol):
                 break
             self._chunks.append(bytes(buf[start : start + size]))
             pos = start + size + 2
-        # keep only the unread part
-        del buf[:pos]
-        self._pos = 0
+        del buf[:pos]  # keep only the unread part
         return None
 
     def _finish(self, body: bytes) -> Response:
