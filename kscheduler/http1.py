@@ -291,8 +291,9 @@ class Http1Pool:
         server_hostname: str | None = None,
         limit: int = 100,
         keepalive: float = KEEPALIVE,
-        user_agent: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """``headers``: sent with every request (Accept, User-Agent ...)."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
         if endpoint.tls and ssl_context is None:
@@ -305,10 +306,8 @@ class Http1Pool:
         self._sem: asyncio.Semaphore | None = None
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
-        self._fixed = (
-            f"Host: {endpoint.authority}\r\nUser-Agent: {user_agent}\r\n"
-            if user_agent
-            else f"Host: {endpoint.authority}\r\n"
+        self._fixed = f"Host: {endpoint.authority}\r\n" + "".join(
+            f"{name}: {value}\r\n" for name, value in (headers or {}).items()
         )
         self.opened = 0
         """Connections opened so far (a test reads it to see reuse)."""

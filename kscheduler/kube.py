@@ -651,7 +651,6 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._stream_session: aiohttp.ClientSession | None = None
         self._http1: Http1Pool | None = None
-        self._user_agent = user_agent
         self._extra: dict[str, Any] = {}
         if config.tls_server_name:
             self._extra["server_hostname"] = config.tls_server_name
@@ -704,7 +703,7 @@ class KubeClient:
                 ssl_context=self._ssl if isinstance(self._ssl, ssl.SSLContext) else None,
                 server_hostname=self.config.tls_server_name,
                 limit=self.pool_size,
-                user_agent=self._user_agent,
+                headers={**self._headers, "Accept-Encoding": "gzip"},
             )
         return self._http1
 
@@ -783,8 +782,6 @@ class KubeClient:
             headers = await self._headers_for(content_type)
             try:
                 if pool is not None:
-                    headers["Accept"] = "application/json"
-                    headers["Accept-Encoding"] = "gzip"
                     answer = await pool.request(
                         method, target, headers, data, timeout=self._timeout.total
                     )

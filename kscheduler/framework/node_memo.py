@@ -28,7 +28,8 @@ configuration need not be in it, as the memos belong to one framework.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from operator import is_
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from kscheduler.framework.cycle_state import CycleState
@@ -58,6 +59,18 @@ class NodeLocalScore(Protocol):
     def score_key(self, state: CycleState, pod: PodInfo) -> Hashable | None:
         """After PreScore: what besides a node's NodeInfo this cycle's score() reads
         (before normalising); None when the score reads more this cycle."""
+
+
+def nominated_pods_added(pod: PodInfo, nominated: Sequence[PodInfo]) -> tuple[PodInfo, ...]:
+    """The nominated pods a node's filters count for ``pod``: those of equal or
+    higher priority, the pod itself left out."""
+    return tuple(p for p in nominated if p.priority >= pod.priority and p.uid != pod.uid)
+
+
+def same_pods(kept: Sequence[PodInfo], added: Sequence[PodInfo]) -> bool:
+    """Whether a value kept with ``kept`` pods added still holds: the same pod
+    objects, in the same order (a pod updated is a new object)."""
+    return len(kept) == len(added) and all(map(is_, kept, added))
 
 
 class NodeMemo(Generic[V]):

@@ -42,7 +42,7 @@ from kscheduler.framework.interface import (
     SharedLister,
     WaitingPod,
 )
-from kscheduler.framework.node_memo import NodeMemos
+from kscheduler.framework.node_memo import NodeMemos, nominated_pods_added, same_pods
 from kscheduler.framework.registry import Registry
 from kscheduler.framework.signing import (
     OpportunisticBatch,
@@ -491,26 +491,16 @@ class Framework:
             todo = [todo[j] for j in keep]
         return rejected
 
-    def filter_memo(
-        self,
-        filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
-        state: CycleState,
-        pod: PodInfo,
-    ) -> dict[str, Status | None] | None:
-        """After PreFilter: the verdicts kept for this cycle's ``filters`` (from
-        :meth:`filters_to_run`) when every one of them is node-local this cycle, for
-        :meth:`run_filters_memo`; else None."""
-        key = self._filter_memo_key(filters, state, pod)
-        return None if key is None else self._filter_memos.get(key, self._snapshot)
-
     def filter_memos(
         self,
         filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
         state: CycleState,
         pod: PodInfo,
     ) -> tuple[dict[str, Status | None], dict[str, NominatedVerdict] | None] | None:
-        """:meth:`filter_memo`, and beside it the verdicts with nominated pods added
-        (for :meth:`run_filter_with_nominated_pods`), kept under the same key."""
+        """After PreFilter, when every one of this cycle's ``filters`` (from
+        :meth:`filters_to_run`) is node-local this cycle: the verdicts kept for them
+        (for :meth:`run_filters_memo`) and, under the same key, the verdicts with
+        nominated pods added (for :meth:`run_filter_with_nominated_pods`); else None."""
         key = self._filter_memo_key(filters, state, pod)
         if key is None:
             return None
@@ -554,7 +544,7 @@ class Framework:
         nodes: Sequence[NodeInfo],
     ) -> dict[int, Status]:
         """:meth:`run_filters_on` with the verdicts kept in ``memo`` (from
-        :meth:`filter_memo`): only the nodes without one are filtered, and their
+        :meth:`filter_memos`): only the nodes without one are filtered, and their
         verdicts kept (errors excepted)."""
         names = list(map(_name, nodes))
         verdicts = list(map(memo.get, names, repeat(_UNKNOWN)))
@@ -736,19 +726,15 @@ class Framework:
             self._nominator.nominated_pods_for_node(node_info.name) if self._nominator else []
         )
         if nominated:
-            added = [p for p in nominated if p.priority >= pod.priority and p.uid != pod.uid]
+            added = nominated_pods_added(pod, nominated)
             if added:
                 kept = memo.get(node_info.name) if memo is not None else None
-                if (
-                    kept is not None
-                    and len(kept[0]) == len(added)
-                    and all(map(is_, kept[0], added))
-                ):
+                if kept is not None and same_pods(kept[0], added):
                     st = kept[1]
                 else:
                     st = self._filter_with_pods_added(state, pod, node_info, added)
                     if memo is not None and (st is None or st.code != Code.ERROR):
-                        memo[node_info.name] = (tuple(added), st)
+                        memo[node_info.name] = (added, st)
                 if st is not None:
                     return st
         if plain is _NotGiven.NOT_GIVEN:

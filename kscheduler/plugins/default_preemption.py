@@ -45,7 +45,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from operator import is_
 from typing import Any
 
 import structlog
@@ -63,7 +62,7 @@ from kscheduler.framework import (
 )
 from kscheduler.framework.args import INT32_MAX, INT32_MIN, Fields
 from kscheduler.framework.interface import PreemptionExtenders, Victims
-from kscheduler.framework.node_memo import NodeMemos
+from kscheduler.framework.node_memo import NodeMemos, nominated_pods_added, same_pods
 from kscheduler.framework.selectors import LabelSelector, SelectorError
 
 log = structlog.get_logger("kscheduler.plugins.default_preemption")
@@ -515,13 +514,9 @@ class DefaultPreemption:
         outcome of an unchanged node with the same nominated pods added."""
         if memo is None:
             return self.select_victims_on_node(state.clone(), pod, node.clone(), pdbs)
-        added = tuple(
-            p
-            for p in self._handle.nominated_pods_for_node(node.name)
-            if p.priority >= pod.priority and p.uid != pod.uid
-        )
+        added = nominated_pods_added(pod, self._handle.nominated_pods_for_node(node.name))
         kept = memo.get(node.name)
-        if kept is not None and len(kept[0]) == len(added) and all(map(is_, kept[0], added)):
+        if kept is not None and same_pods(kept[0], added):
             return list(kept[1]), kept[2], kept[3]
         victims, violations, st = self.select_victims_on_node(
             state.clone(), pod, node.clone(), pdbs

@@ -58,12 +58,26 @@ async def raw_server(serve: Serve) -> AsyncIterator[tuple[str, list[str]]]:
 
 
 def pool_for(url: str, **kwargs: float | int) -> Http1Pool:
-    return Http1Pool(Endpoint.parse(url), ssl_context=None, user_agent="test/1", **kwargs)  # type: ignore[arg-type]
+    return Http1Pool(  # type: ignore[arg-type]
+        Endpoint.parse(url), ssl_context=None, headers={"User-Agent": "test/1"}, **kwargs
+    )
 
 
 def answer(status: str, body: bytes, *headers: str) -> bytes:
     head = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *headers]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def answering(body: bytes) -> Serve:
+    """A server that answers every request on a connection 200 with ``body``."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(answer("200 OK", body))
+            await writer.drain()
+
+    return serve
 
 
 def test_endpoint_keeps_the_path_prefix_and_the_authority() -> None:
@@ -184,13 +198,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_handed_out() -> 
 
 
 async def test_idle_connections_older_than_keepalive_are_closed_by_the_client() -> None:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await read_request(reader)
-            writer.write(answer("200 OK", b"x"))
-            await writer.drain()
-
-    async with raw_server(serve) as (url, _):
+    async with raw_server(answering(b"x")) as (url, _):
         pool = pool_for(url, keepalive=0.05)
         await pool.request("GET", "/", {}, None, timeout=5)
         await pool.request("GET", "/", {}, None, timeout=5)
@@ -257,13 +265,7 @@ async def test_the_limit_bounds_connections_in_flight() -> None:
 
 def test_on_uvloop_whose_transports_are_not_asyncio_classes() -> None:
     async def scenario() -> None:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            while True:
-                await read_request(reader)
-                writer.write(answer("200 OK", b"uv"))
-                await writer.drain()
-
-        async with raw_server(serve) as (url, _):
+        async with raw_server(answering(b"uv")) as (url, _):
             pool = pool_for(url)
             for _ in range(3):
                 assert (await pool.request("POST", "/", {}, b"{}", timeout=5)).body == b"uv"
