@@ -103,6 +103,23 @@ class QueueObserver:
         pass
 
 
+def _queued_by(
+    registrations: Iterable[ClusterEventWithHint], pod: PodInfo, old: Any, new: Any
+) -> bool:
+    """Whether one of the registrations (each covering the event) queues the pod: it
+    has no hint, or its hint says Queue, or its hint fails (a failing hint must not
+    strand the pod)."""
+    for reg in registrations:
+        if reg.hint is None:
+            return True
+        try:
+            if reg.hint(pod, old, new) is QueueingHint.QUEUE:
+                return True
+        except Exception:
+            return True
+    return False
+
+
 class SchedulingQueue:
     def __init__(
         self,
@@ -122,6 +139,9 @@ class SchedulingQueue:
         self._events: dict[str, list[ClusterEventWithHint]] = {
             k: list(v) for k, v in events.items()
         }
+        #: (resource, action) of an incoming event -> plugin -> its registrations that
+        #: cover such an event (the registrations never change after construction)
+        self._covering: dict[tuple[R, ActionType], dict[str, tuple[ClusterEventWithHint, ...]]] = {}
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.unschedulable_timeout = unschedulable_timeout
@@ -473,39 +493,58 @@ class SchedulingQueue:
         if log[0][0] <= oldest:
             del log[: bisect.bisect_right(log, oldest, key=_SEQ)]
 
-    def _worth_requeue(self, qp: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> bool:
-        plugins = qp.unschedulable_plugins | qp.pending_plugins
-        if not plugins or _ERROR_MARK in plugins:
+    def _covering_registrations(
+        self, event: ClusterEvent
+    ) -> dict[str, tuple[ClusterEventWithHint, ...]]:
+        """Per plugin, its registrations that cover the event (only plugins with some),
+        worked out once per kind of event instead of once per waiting pod."""
+        kind = (event.resource, event.action)
+        found = self._covering.get(kind)
+        if found is None:
+            found = {}
+            for name, regs in self._events.items():
+                covering = tuple(reg for reg in regs if reg.event.matches(event))
+                if covering:
+                    found[name] = covering
+            self._covering[kind] = found
+        return found
+
+    def _worth_requeue(
+        self,
+        qp: QueuedPodInfo,
+        event: ClusterEvent,
+        old: Any,
+        new: Any,
+        covering: Mapping[str, tuple[ClusterEventWithHint, ...]] | None = None,
+    ) -> bool:
+        unschedulable, pending = qp.unschedulable_plugins, qp.pending_plugins
+        if not unschedulable and not pending:
+            return True
+        if _ERROR_MARK in unschedulable or _ERROR_MARK in pending:
             return True
         if event.resource is R.WILDCARD:
             return True
-        for name in plugins:
-            for reg in self._events.get(name, ()):
-                if not reg.event.matches(event):
-                    continue
-                if reg.hint is None:
+        if covering is None:
+            covering = self._covering_registrations(event)
+        for plugins in (unschedulable, pending):
+            for name in plugins:
+                if _queued_by(covering.get(name, ()), qp.pod, old, new):
                     return True
-                try:
-                    if reg.hint(qp.pod, old, new) is QueueingHint.QUEUE:
-                        return True
-                except Exception:
-                    return True  # a failing hint must not strand the pod
         return False
 
-    def _gate_lifted(self, qp: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> bool:
+    def _gate_lifted(
+        self,
+        qp: QueuedPodInfo,
+        event: ClusterEvent,
+        old: Any,
+        new: Any,
+        covering: Mapping[str, tuple[ClusterEventWithHint, ...]] | None = None,
+    ) -> bool:
         """A gated pod is worth another PreEnqueue when its gating plugin registered for
         the event and the plugin's hint (if any) says Queue."""
-        for reg in self._events.get(qp.gated, ()):
-            if not reg.event.matches(event):
-                continue
-            if reg.hint is None:
-                return True
-            try:
-                if reg.hint(qp.pod, old, new) is QueueingHint.QUEUE:
-                    return True
-            except Exception:
-                return True
-        return False
+        if covering is None:
+            covering = self._covering_registrations(event)
+        return _queued_by(covering.get(qp.gated, ()), qp.pod, old, new)
 
     def _requeue(self, qp: QueuedPodInfo, event: str) -> None:
         if self._is_backing_off(qp):
@@ -525,15 +564,16 @@ class SchedulingQueue:
         if not self._unschedulable:
             return 0
         moved = []
+        covering = self._covering_registrations(event)
         for uid, qp in self._unschedulable.items():
             if qp.gated:
                 # as upstream: only events the gating plugin registered for, and its hint
-                if self._gate_lifted(qp, event, old, new):
+                if self._gate_lifted(qp, event, old, new, covering):
                     moved.append(uid)
                 continue
             if precheck is not None and not precheck(qp.pod):
                 continue
-            if self._worth_requeue(qp, event, old, new):
+            if self._worth_requeue(qp, event, old, new, covering):
                 moved.append(uid)
         for uid in moved:
             qp = self._unschedulable.pop(uid)

@@ -337,29 +337,39 @@ def claim_name(pod: PodInfo, entry: Mapping[str, Any]) -> tuple[str | None, bool
     )
 
 
-def _refers_to(pod: PodInfo, claim: Any) -> bool:
-    """Whether one of the pod's spec.resourceClaims names the claim (directly, or as
-    the claim made from its template). A queueing hint asks this of every waiting
-    pod on every claim event: no claim_name (which raises for claims not made yet)."""
-    statuses: list[Any] | None = None
+#: PodInfo.ext key of :func:`_claim_refs`
+_EXT_CLAIM_REFS = "dynamicresources.claim_refs"
+
+
+def _claim_refs(pod: PodInfo) -> tuple[bool, frozenset[str]]:
+    """(whether the pod uses DRA, the names of the claims its spec.resourceClaims
+    refer to: directly, or as the claim made from a template once the pod's status
+    names it). A queueing hint asks this of every waiting pod on every claim event:
+    worked out once per pod version, and no claim_name (which raises for claims not
+    made yet)."""
+    cached: tuple[bool, frozenset[str]] | None = pod.ext.get(_EXT_CLAIM_REFS)
+    if cached is not None:
+        return cached
+    names: set[str] = set()
+    templated: set[Any] = set()
     for entry in _l(pod.spec.get("resourceClaims")):
         if not isinstance(entry, dict):
             continue
         direct = entry.get("resourceClaimName")
         if direct:
-            if direct == claim:
-                return True
-            continue
-        if statuses is None:
-            statuses = _l(_d(pod.raw.get("status")).get("resourceClaimStatuses"))
-        for st in statuses:
-            if (
-                isinstance(st, dict)
-                and st.get("name") == entry.get("name")
-                and st.get("resourceClaimName") == claim
-            ):
-                return True
-    return False
+            if isinstance(direct, str):
+                names.add(direct)
+        elif isinstance(entry.get("name"), str):
+            templated.add(entry["name"])
+    if templated:
+        for st in _l(_d(pod.raw.get("status")).get("resourceClaimStatuses")):
+            if isinstance(st, dict) and st.get("name") in templated:
+                made = st.get("resourceClaimName")
+                if isinstance(made, str):
+                    names.add(made)
+    refs = (_uses_dra(pod), frozenset(names))
+    pod.ext[_EXT_CLAIM_REFS] = refs
+    return refs
 
 
 def _is_extended_claim_of(claim: Mapping[str, Any], pod: PodInfo) -> bool:
@@ -583,6 +593,9 @@ class DynamicResources:
         self._rules = _ParsedByVersion(TaintRule.parse)
         #: the last DeviceTaintRule event's answer: (old, new, devices' taints changed)
         self._last_rule_event: tuple[Any, Any, bool] | None = None
+        #: the last claim event's (old, new, namespace, name, devices freed), which the
+        #: claim hint asks about once per waiting pod
+        self._last_claim_event: tuple[Any, Any, Any, Any, bool] | None = None
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> DynamicResources:
@@ -1544,22 +1557,31 @@ class DynamicResources:
     def _after_claim_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """Queue when the claim is one of the pod's, or when another claim's devices
         were freed (its allocation removed, or the claim deleted while allocated)."""
-        if not _uses_dra(pod):
+        uses_dra, names = _claim_refs(pod)
+        if not uses_dra:
             return QueueingHint.SKIP
-        if new is None:
-            allocated = bool(_d(_d(old).get("status")).get("allocation"))
-            return QueueingHint.QUEUE if allocated else QueueingHint.SKIP
-        claim = _d(new)
-        meta = _meta(claim)
-        if meta.get("namespace") == pod.namespace and _refers_to(pod, meta.get("name")):
-            return QueueingHint.QUEUE
-        if (
-            old is not None
-            and _d(_d(old).get("status")).get("allocation")
-            and not _d(claim.get("status")).get("allocation")
-        ):
+        last = self._last_claim_event
+        if last is None or last[0] is not old or last[1] is not new:
+            last = (old, new, *_claim_event(old, new))
+            self._last_claim_event = last
+        _, _, namespace, name, freed = last
+        if freed or (name in names and namespace == pod.namespace):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
+
+
+def _claim_event(old: Any, new: Any) -> tuple[Any, Any, bool]:
+    """A claim event's (namespace, name) of the claim still there (None, None when it
+    was deleted) and whether it freed devices: the allocation removed, or the claim
+    deleted while allocated."""
+    was_allocated = old is not None and bool(_d(_d(old).get("status")).get("allocation"))
+    if new is None:
+        return None, None, was_allocated
+    claim = _d(new)
+    meta = _meta(claim)
+    freed = was_allocated and not _d(claim.get("status")).get("allocation")
+    name = meta.get("name")
+    return meta.get("namespace"), name if isinstance(name, str) else None, freed
 
 
 ENTRY = PluginEntry(NAME, DynamicResources, DynamicResources.new, parse_args)

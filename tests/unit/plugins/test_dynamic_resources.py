@@ -701,3 +701,43 @@ def test_devices_in_use_follow_each_claim_change_as_a_full_count_does() -> None:
             )
             clash = pl._allocated_to_another_claim(uid, mine)
             assert (clash is not None) == bool(allocated_devices([claim]) & others)
+
+
+def test_claim_hint_queues_the_claims_own_pods_and_any_pod_when_devices_are_freed() -> None:
+    hint = DynamicResources(None)._after_claim_change
+
+    def templated(name: str, made: str | None) -> PodInfo:
+        raw = pod(name).raw()
+        raw["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+        if made is not None:
+            raw["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": made}]}
+        return parse_pod(raw)
+
+    def claim(name: str, namespace: str = "default", allocated: bool = False) -> dict[str, Any]:
+        obj: dict[str, Any] = {"metadata": {"namespace": namespace, "name": name}}
+        if allocated:
+            obj["status"] = {"allocation": {"devices": {"results": []}}}
+        return obj
+
+    direct = with_claims()  # refers to my-gpu by name
+    waiting = templated("waiting", None)  # its claim not made yet
+    made = templated("made", "made-gpu-x")
+    plain = pod("plain").build()
+    pods = [direct, waiting, made, plain]
+
+    def answers(old: Any, new: Any) -> list[QueueingHint]:
+        return [hint(p, old, new) for p in pods]
+
+    Q, S = QueueingHint.QUEUE, QueueingHint.SKIP
+    # the same event object asked about each waiting pod in turn, as the queue does
+    assert answers(None, claim("my-gpu")) == [Q, S, S, S]
+    assert answers(None, claim("made-gpu-x")) == [S, S, Q, S]
+    assert answers(None, claim("my-gpu", namespace="other")) == [S, S, S, S]
+    assert answers(None, claim("unrelated")) == [S, S, S, S]
+    # another claim's devices freed: every pod using DRA may fit now
+    assert answers(claim("unrelated", allocated=True), claim("unrelated")) == [Q, Q, Q, S]
+    assert answers(claim("unrelated", allocated=True), None) == [Q, Q, Q, S]
+    assert answers(claim("my-gpu"), None) == [S, S, S, S]  # deleted, held nothing
+    # the pod's next version names the claim made from its template
+    assert hint(templated("waiting", "waiting-gpu-1"), None, claim("waiting-gpu-1")) == Q
+    assert hint(waiting, None, claim("waiting-gpu-1")) == S
