@@ -81,6 +81,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from itertools import chain
 from typing import Any, Generic, TypeVar, cast
 
 from kscheduler.framework import (
@@ -161,6 +162,11 @@ MSG_BINDING_PENDING = "waiting for binding conditions for device on node {node}"
 #: client-go's retry.DefaultRetry: 5 steps from 10 ms, x1 factor, 10% jitter.
 CONFLICT_RETRIES = 5
 CONFLICT_DELAY = 0.01
+#: an allocation result kept by DynamicResources._memo: (node object, versions of the
+#: node's pools, the results or None when the claims do not fit)
+_Kept = tuple[object, tuple[int, ...], list[dict[str, Any]] | None]
+#: allocation results kept (DynamicResources._memo) before all are dropped
+MEMO_LIMIT = 100_000
 
 
 def _d(v: Any) -> dict[str, Any]:
@@ -293,6 +299,11 @@ class _State:
     node_extended: dict[str, tuple[dict[str, Any], list[dict[str, str]]]] = field(
         default_factory=dict
     )
+    #: the claims to allocate as the allocation memo knows them (their specs), or
+    #: "" when this cycle's allocations are not kept (see DynamicResources._memo)
+    memo_claims: str = ""
+    #: the pools' versions (DynamicResources._pool_versions) as PreFilter saw them
+    pool_versions: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @property
     def has_claims(self) -> bool:
@@ -511,6 +522,10 @@ class _ClaimDevices:
     #: shared devices (consumable capacity) -> the capacity the claim's shares take
     shares: dict[DeviceID, dict[str, Decimal]]
 
+    def pools(self) -> set[tuple[str, str]]:
+        """(driver, pool) of each device the claim takes or shares."""
+        return {(did.driver, did.pool) for did in chain(self.devices, self.shares)}
+
 
 @dataclass(slots=True)
 class _ClusterDevices:
@@ -591,6 +606,21 @@ class DynamicResources:
         self._assumed: dict[str, dict[str, Any]] = {}
         #: each rule parsed, or None when it selects nothing
         self._rules = _ParsedByVersion(TaintRule.parse)
+        #: Filter's allocation results kept across cycles, as the node memo keeps
+        #: other plugins' verdicts: node -> the claims' specs (_State.memo_claims) ->
+        #: (node object, versions of the node's pools, the results or None when the
+        #: claims do not fit). Pods made from one template ask for the same devices,
+        #: and a cycle changes the devices taken on one node: the other nodes'
+        #: results still hold. Cleared when the slices, classes or taint rules change.
+        self._memo: dict[str, dict[str, _Kept]] = {}
+        self._memo_size = 0
+        #: what the kept results were worked out with: (slice index, classes, rules)
+        self._memo_inputs: tuple[object, ...] | None = None
+        #: (driver, pool) -> a count bumped whenever a device of the pool is taken or
+        #: freed (allocated claims and allocations in flight)
+        self._pool_versions: dict[tuple[str, str], int] = {}
+        #: whether Filter keeps and reuses allocation results (tests turn it off)
+        self.memo_allocations = True
         #: the last DeviceTaintRule event's answer: (old, new, devices' taints changed)
         self._last_rule_event: tuple[Any, Any, bool] | None = None
         #: the last claim event's (old, new, namespace, name, devices freed), which the
@@ -692,6 +722,7 @@ class DynamicResources:
         if keys is None:
             self._claim_devices = {}
             self._cluster = _ClusterDevices()
+            self._forget_allocations()
             for claim in lister.list(CLAIMS):
                 self._claim_changed(_key(claim), claim)
             self._dirty_claims.clear()
@@ -717,6 +748,7 @@ class DynamicResources:
         if old is not None:
             del self._claim_devices[key]
             cluster.remove(old)
+            self._touch(old)
         if claim is None:
             return
         new = _ClaimDevices(
@@ -728,6 +760,7 @@ class DynamicResources:
         )
         self._claim_devices[key] = new
         cluster.add(new)
+        self._touch(new)
 
     def _taken(self) -> tuple[set[DeviceID], dict[DeviceID, dict[str, Decimal]]]:
         """The devices of every allocated claim and of the allocations in flight, and
@@ -750,12 +783,25 @@ class DynamicResources:
         )
         self._in_flight_devices[uid] = devices
         self._in_flight_sum.add(devices)
+        self._touch(devices)
 
     def _end_in_flight(self, uid: str) -> None:
         self._in_flight.pop(uid, None)
         devices = self._in_flight_devices.pop(uid, None)
         if devices is not None:
             self._in_flight_sum.remove(devices)
+            self._touch(devices)
+
+    def _touch(self, record: _ClaimDevices) -> None:
+        """A claim's devices were taken or freed: results kept for nodes that see
+        their pools no longer hold."""
+        versions = self._pool_versions
+        for pool in record.pools():
+            versions[pool] = versions.get(pool, 0) + 1
+
+    def _forget_allocations(self) -> None:
+        self._memo.clear()
+        self._memo_size = 0
 
     def _allocated_to_another_claim(
         self, uid: str, allocation: Mapping[str, Any]
@@ -863,9 +909,19 @@ class DynamicResources:
         if to_allocate:
             classes = {str(_meta(c).get("name", "")): c for c in self.handle.objects.list(CLASSES)}
             taken, shared = self._taken()
-            s.allocator = Allocator(
-                self._slice_index(), classes, taken, self._taint_rules(), shared=shared
-            )
+            index, rules = self._slice_index(), self._taint_rules()
+            s.allocator = Allocator(index, classes, taken, rules, shared=shared)
+            if self.memo_allocations and not state.record and extended is None:
+                inputs = (index, json.dumps(classes, sort_keys=True, default=str), rules)
+                if self._memo_inputs is None or not _same_inputs(self._memo_inputs, inputs):
+                    self._forget_allocations()
+                    self._memo_inputs = inputs
+                s.memo_claims = json.dumps(
+                    [c.claim.get("spec") for c in claims if not c.allocated],
+                    sort_keys=True,
+                    default=str,
+                )
+                s.pool_versions = dict(self._pool_versions)
         s.claims = claims
         return None, None
 
@@ -993,10 +1049,8 @@ class DynamicResources:
                 for c in s.node_to_allocate(node_info.name)
             ]
             failure: Status | None = None
-            timeout = self.args.filter_timeout
-            deadline = time.monotonic() + timeout if timeout > 0 else None
             try:
-                result = s.allocator.allocate(node_info.name, labels, claims, deadline=deadline)
+                result = self._allocate(s, s.allocator, node_info, labels, claims)
             except AllocationTimeout as exc:
                 # transient: an Error, so that the pod is retried after a backoff
                 failure = Status.as_error(str(exc))
@@ -1021,6 +1075,37 @@ class DynamicResources:
         if s.allocator is not None:
             s.node_allocations[node_info.name] = allocations
         return None
+
+    def _allocate(
+        self,
+        s: _State,
+        allocator: Allocator,
+        node_info: NodeInfo,
+        labels: Mapping[str, str],
+        claims: list[dict[str, Any]],
+    ) -> list[dict[str, Any]] | None:
+        """The claims' allocation on the node: kept from an earlier cycle when the node,
+        the devices taken in its pools and the claims' specs are the same, else worked
+        out (and kept, unless it holds a share: each share gets its own ID)."""
+        node = node_info.node
+        versions: tuple[int, ...] = ()
+        if s.memo_claims:
+            pools = allocator.index.pools(node_info.name, labels)
+            versions = tuple(s.pool_versions.get((p.driver, p.pool), 0) for p in pools)
+            kept = self._memo.get(node_info.name, {}).get(s.memo_claims)
+            if kept is not None and kept[0] is node and kept[1] == versions:
+                return kept[2]
+        timeout = self.args.filter_timeout
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        result = allocator.allocate(node_info.name, labels, claims, deadline=deadline)
+        if s.memo_claims and not _has_shares(result):
+            if self._memo_size >= MEMO_LIMIT:
+                self._forget_allocations()
+            per_node = self._memo.setdefault(node_info.name, {})
+            if s.memo_claims not in per_node:
+                self._memo_size += 1
+            per_node[s.memo_claims] = (node, versions, result)
+        return result
 
     def _record(
         self,
@@ -1228,7 +1313,8 @@ class DynamicResources:
                 f"internal error, have {len(allocations)} allocations, {len(todo)} claims "
                 f"to allocate, want {len(todo)} claims"
             )
-        for info, alloc in zip(todo, allocations, strict=True):
+        for info, kept in zip(todo, allocations, strict=True):
+            alloc = copy.deepcopy(kept)  # Filter's results may be kept for later cycles
             info.allocation = alloc
             info.reserved_uid = info.uid
             if info.extended:
@@ -1568,6 +1654,20 @@ class DynamicResources:
         if freed or (name in names and namespace == pod.namespace):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
+
+
+def _same_inputs(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """(slice index, classes as JSON, taint rules): the same index object, equal
+    classes and rules."""
+    return a[0] is b[0] and a[1:] == b[1:]
+
+
+def _has_shares(result: list[dict[str, Any]] | None) -> bool:
+    return result is not None and any(
+        "shareID" in entry
+        for alloc in result
+        for entry in _l(_d(alloc.get("devices")).get("results"))
+    )
 
 
 def _claim_event(old: Any, new: Any) -> tuple[Any, Any, bool]:

@@ -741,3 +741,133 @@ def test_claim_hint_queues_the_claims_own_pods_and_any_pod_when_devices_are_free
     # the pod's next version names the claim made from its template
     assert hint(templated("waiting", "waiting-gpu-1"), None, claim("waiting-gpu-1")) == Q
     assert hint(waiting, None, claim("waiting-gpu-1")) == S
+
+
+class _DeviceObjects(_ClaimInformerObjects):
+    """Claims in an Informer store (which tells what changed), slices and classes in
+    lists."""
+
+    def __init__(self, others: dict[str, list[dict[str, Any]]]) -> None:
+        super().__init__()
+        self.others = others
+
+    def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        if kind == dynamic_resources.CLAIMS:
+            return super().list(kind, namespace)
+        return list(self.others.get(kind, []))
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == dynamic_resources.CLAIMS:
+            return super().get(kind, namespace, name)
+        return next((o for o in self.others.get(kind, []) if o["metadata"]["name"] == name), None)
+
+    def changes_since(self, kind: str, cursor: int | None) -> tuple[int, list[str] | None]:
+        if kind == dynamic_resources.CLAIMS:
+            return super().changes_since(kind, cursor)
+        return 0, None  # not kept: the plugin lists them
+
+
+def test_allocations_kept_across_cycles_match_allocating_anew() -> None:
+    """Filter's allocations with the memo on equal a fresh allocation each cycle, while
+    devices are reserved, allocated, freed and nodes change; pods from one template
+    (the same spec) share results, and a second spec gets its own."""
+    driver = "gpu.example.com"
+
+    def slice_obj(name: str, devices: int, **spec: Any) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "uid": name, "resourceVersion": "1"},
+            "spec": {
+                "driver": driver,
+                "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"dev-{i}"} for i in range(devices)],
+                **spec,
+            },
+        }
+
+    names = [f"n{i}" for i in range(5)]
+    slices = [slice_obj(n, 3, nodeName=n) for n in names]
+    slices.append(slice_obj("shared", 2, allNodes=True))  # a pool every node sees
+    zone_a = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    # a pool the nodes labelled zone=a see
+    slices.append(slice_obj("zonal", 2, nodeSelector={"nodeSelectorTerms": [zone_a]}))
+    objects = _DeviceObjects(
+        {"resourceslices": slices, "deviceclasses": [{"metadata": {"name": "gpu"}, "spec": {}}]}
+    )
+    kept = DynamicResources(_Handle(objects))  # type: ignore[arg-type]
+    fresh = DynamicResources(_Handle(objects))  # type: ignore[arg-type]
+    fresh.memo_allocations = False
+    nodes = {n: node(n).alloc(cpu="4", pods=110).build() for n in names}
+    specs = [
+        {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
+        {
+            "devices": {
+                "requests": [
+                    {"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2}},
+                ]
+            }
+        },
+    ]
+    rng = random.Random(11)
+    rv = 0
+    allocated: list[dict[str, Any]] = []
+    in_flight: list[str] = []
+    fits = 0
+    for step in range(300):
+        rv += 1
+        claim = {
+            "metadata": {
+                "namespace": "ns",
+                "name": f"c{step}",
+                "uid": f"uid-{step}",
+                "resourceVersion": str(rv),
+            },
+            "spec": rng.choice(specs),
+        }
+        objects.claims.apply("ADDED", claim)
+        raw = pod(f"p{step}").raw()
+        raw["metadata"]["namespace"] = "ns"
+        raw["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"c{step}"}]
+        p = parse_pod(raw)
+        answers = []
+        for pl in (kept, fresh):
+            state = CycleState()
+            assert pl.pre_filter(state, p, list(nodes.values())) == (None, None)
+            statuses = {}
+            for n, ni in nodes.items():
+                st = pl.filter(state, p, ni)
+                statuses[n] = None if st is None else (st.code, st.message)
+            s = state.get(dynamic_resources.STATE_KEY)
+            answers.append((statuses, s.node_allocations, state))
+        assert answers[0][:2] == answers[1][:2], step
+        feasible = [n for n, st in answers[0][0].items() if st is None]
+        fits += bool(feasible)
+        if feasible and rng.random() < 0.7:
+            chosen = rng.choice(feasible)
+            for pl, (_, _, state) in zip((kept, fresh), answers, strict=True):
+                assert pl.reserve(state, p, chosen) is None
+            in_flight.append(claim["metadata"]["uid"])
+        roll = rng.random()
+        if in_flight and roll < 0.5:  # an allocation in flight is written, or given up
+            uid = in_flight.pop(rng.randrange(len(in_flight)))
+            allocation = kept._in_flight[uid][1]
+            for pl in (kept, fresh):
+                pl._end_in_flight(uid)
+            if rng.random() < 0.8:
+                name = f"c{uid.removeprefix('uid-')}"
+                rv += 1
+                done = {
+                    **objects.claims.get("ns", name),  # type: ignore[dict-item]
+                    "status": {"allocation": allocation},
+                }
+                done["metadata"] = {**done["metadata"], "resourceVersion": str(rv)}
+                objects.claims.apply("MODIFIED", done)
+                allocated.append(done)
+        elif allocated and roll < 0.7:  # a claim deleted: its devices are free again
+            gone = allocated.pop(rng.randrange(len(allocated)))
+            objects.claims.apply("DELETED", gone)
+        elif roll < 0.8:  # a node's labels change (it may see the zonal pool, or not)
+            n = rng.choice(names)
+            zone = rng.choice("ab")
+            nodes[n] = node(n).alloc(cpu="4", pods=110).label("zone", zone).build()
+    assert 50 < fits < 300  # the devices ran out at times, and were freed again
+    assert kept._memo_size > 0
