@@ -532,20 +532,6 @@ class SchedulingQueue:
                     return True
         return False
 
-    def _gate_lifted(
-        self,
-        qp: QueuedPodInfo,
-        event: ClusterEvent,
-        old: Any,
-        new: Any,
-        covering: Mapping[str, tuple[ClusterEventWithHint, ...]] | None = None,
-    ) -> bool:
-        """A gated pod is worth another PreEnqueue when its gating plugin registered for
-        the event and the plugin's hint (if any) says Queue."""
-        if covering is None:
-            covering = self._covering_registrations(event)
-        return _queued_by(covering.get(qp.gated, ()), qp.pod, old, new)
-
     def _requeue(self, qp: QueuedPodInfo, event: str) -> None:
         if self._is_backing_off(qp):
             self._push_backoff(qp, event)
@@ -568,7 +554,8 @@ class SchedulingQueue:
         for uid, qp in self._unschedulable.items():
             if qp.gated:
                 # as upstream: only events the gating plugin registered for, and its hint
-                if self._gate_lifted(qp, event, old, new, covering):
+                gating = covering.get(qp.gated)
+                if gating and _queued_by(gating, qp.pod, old, new):
                     moved.append(uid)
                 continue
             if precheck is not None and not precheck(qp.pod):

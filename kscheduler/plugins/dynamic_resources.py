@@ -1256,9 +1256,10 @@ class DynamicResources:
     def pre_score(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> Status | None:
-        """Skip for a pod without claims (its Score would be 0 on every node)."""
+        """Skip for a pod without claims, or whose claims have no request with
+        prioritized alternatives (firstAvailable): Score would be 0 on every node."""
         s = state.get(STATE_KEY)
-        if not isinstance(s, _State) or not s.has_claims:
+        if not isinstance(s, _State) or not any(map(_has_alternatives, s.claims)):
             return Status.skip()
         return None
 
@@ -1643,7 +1644,7 @@ class DynamicResources:
     def _after_claim_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """Queue when the claim is one of the pod's, or when another claim's devices
         were freed (its allocation removed, or the claim deleted while allocated)."""
-        uses_dra, names = _claim_refs(pod)
+        uses_dra, names = pod.ext.get(_EXT_CLAIM_REFS) or _claim_refs(pod)
         if not uses_dra:
             return QueueingHint.SKIP
         last = self._last_claim_event
@@ -1654,6 +1655,13 @@ class DynamicResources:
         if freed or (name in names and namespace == pod.namespace):
             return QueueingHint.QUEUE
         return QueueingHint.SKIP
+
+
+def _has_alternatives(info: _ClaimInfo) -> bool:
+    """Whether a request of the claim lists alternatives (firstAvailable), the only
+    requests Score counts."""
+    requests = _l(_d(_d(info.claim.get("spec")).get("devices")).get("requests"))
+    return any(_d(req).get("firstAvailable") for req in requests)
 
 
 def _same_inputs(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

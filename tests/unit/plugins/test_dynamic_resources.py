@@ -871,3 +871,22 @@ def test_allocations_kept_across_cycles_match_allocating_anew() -> None:
             nodes[n] = node(n).alloc(cpu="4", pods=110).label("zone", zone).build()
     assert 50 < fits < 300  # the devices ran out at times, and were freed again
     assert kept._memo_size > 0
+
+
+def test_pre_score_skips_unless_a_claim_lists_alternatives() -> None:
+    def state_with(*requests: dict[str, Any]) -> CycleState:
+        state = CycleState()
+        claim = {"metadata": {"name": "c"}, "spec": {"devices": {"requests": list(requests)}}}
+        state.write(
+            dynamic_resources.STATE_KEY,
+            dynamic_resources._State(claims=[dynamic_resources._ClaimInfo("gpu", claim)]),
+        )
+        return state
+
+    p = with_claims()
+    exact = {"name": "r", "exactly": {"deviceClassName": "gpu"}}
+    either = {"name": "e", "firstAvailable": [{"name": "a", "deviceClassName": "gpu"}]}
+    assert PL.pre_score(CycleState(), p, []) == Status.skip()  # no PreFilter state
+    assert PL.pre_score(state_with(), p, []) == Status.skip()
+    assert PL.pre_score(state_with(exact), p, []) == Status.skip()
+    assert PL.pre_score(state_with(exact, either), p, []) is None
