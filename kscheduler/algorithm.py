@@ -24,6 +24,7 @@ from kscheduler.extender import (
 )
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.features import GATES
+from kscheduler.framework.helpers import rotation_slice
 from kscheduler.framework.interface import NodeToStatus, SharedLister
 from kscheduler.framework.runtime import Framework, go_list
 from kscheduler.framework.status import Code, Status
@@ -204,19 +205,6 @@ def sum_scores(n: int, scores: dict[str, list[int]]) -> list[int]:
     for more in per_plugin:
         totals = list(map(add, totals, more))
     return totals
-
-
-def _rotation_slice(nodes: Sequence[NodeInfo], start: int, lo: int, hi: int) -> Sequence[NodeInfo]:
-    """Positions ``lo`` to ``hi`` (``hi`` at most ``len(nodes)``) of ``nodes`` taken in
-    rotation from ``start``: ``[*nodes[start:], *nodes[:start]][lo:hi]`` without
-    copying the whole list."""
-    n = len(nodes)
-    a, b = start + lo, start + hi
-    if b <= n:
-        return nodes[a:b]
-    if a >= n:
-        return nodes[a - n : b - n]
-    return [*nodes[a:], *nodes[: b - n]]
 
 
 class Algorithm:
@@ -436,7 +424,7 @@ class Algorithm:
             if rotated:
                 chunk = order[visited : visited + size]
             else:
-                chunk = _rotation_slice(nodes, start, visited, min(visited + size, m))
+                chunk = rotation_slice(nodes, start, visited, min(visited + size, m))
             if memo is None:
                 rejected = fwk.run_filters_on(filters, state, pod, chunk)
             else:

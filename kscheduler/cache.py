@@ -30,7 +30,7 @@ cycles and recompute only the changed nodes. The log is dropped once it holds
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kscheduler.framework.interface import ImageState, NodeChanges
@@ -316,6 +316,8 @@ class Snapshot:
         self._pvcs: set[str] | None = None
         self._gen = -1
         self._list_gen = -1
+        #: node name -> place in _list, built on first use after _list changes
+        self._positions: dict[str, int] | None = None
 
     def update(self) -> None:
         c = self._cache
@@ -325,6 +327,7 @@ class Snapshot:
             c._node_list_dirty = False
             nodes = c.nodes
             self._list = [nodes[n] for n in c.ordered_node_names()]
+            self._positions = None
             c._affinity_dirty = True
         if c._affinity_dirty:
             c._affinity_dirty = False
@@ -335,6 +338,11 @@ class Snapshot:
 
     def node_infos(self) -> Sequence[NodeInfo]:
         return self._list
+
+    def node_positions(self) -> Mapping[str, int]:
+        if self._positions is None:
+            self._positions = {ni.name: i for i, ni in enumerate(self._list)}
+        return self._positions
 
     def get(self, name: str) -> NodeInfo | None:
         ni = self._cache.nodes.get(name)

@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.interface import MAX_NODE_SCORE, NodeScore
 from kscheduler.framework.status import Status
 from kscheduler.framework.types import NodeInfo, PodInfo
+
+T = TypeVar("T")
+
+
+def rotation_slice(items: Sequence[T], start: int, lo: int, hi: int) -> Sequence[T]:
+    """Positions ``lo`` to ``hi`` (``hi`` at most ``len(items)``) of ``items`` taken in
+    rotation from ``start``: ``[*items[start:], *items[:start]][lo:hi]`` without
+    copying the whole list."""
+    n = len(items)
+    a, b = start + lo, start + hi
+    if b <= n:
+        return items[a:b]
+    if a >= n:
+        return items[a - n : b - n]
+    return [*items[a:], *items[: b - n]]
 
 
 def filter_rejections(

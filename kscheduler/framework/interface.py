@@ -396,6 +396,10 @@ class SharedLister(Protocol):
         without this method that way.
         """
 
+    def node_positions(self) -> Mapping[str, int]:
+        """Each node's place in node_infos() (the same list object while it holds).
+        Optional: without it, values kept per node are looked up by name."""
+
 
 class ObjectLister(Protocol):
     """Informer-backed read access to other kinds (raw JSON dicts)."""

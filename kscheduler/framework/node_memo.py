@@ -28,18 +28,22 @@ configuration need not be in it, as the memos belong to one framework.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from operator import is_
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from kscheduler.framework.cycle_state import CycleState
+from kscheduler.framework.helpers import rotation_slice
 from kscheduler.framework.interface import NodeChanges, SharedLister
-from kscheduler.framework.types import PodInfo
+from kscheduler.framework.types import NodeInfo, PodInfo
 
 V = TypeVar("V")
 
 #: Keys kept per framework and kind (each memo holds an entry per node seen).
 MEMO_LIMIT = 16
+
+_name = attrgetter("name")
 
 
 @runtime_checkable
@@ -74,14 +78,25 @@ def same_pods(kept: Sequence[PodInfo], added: Sequence[PodInfo]) -> bool:
 
 
 class NodeMemo(Generic[V]):
-    """Values by node name, valid for the lister's view at ``cursor``."""
+    """Values by node name, valid for the lister's view at ``cursor``.
 
-    __slots__ = ("_cursor", "_lister", "values")
+    Beside the dict, a *column*: the values in the order of the lister's
+    node_infos() (``missing`` where none is kept), for listers that tell each node's
+    place (:meth:`SharedLister.node_positions`). A cycle visits the nodes in that
+    order from a rotating start, so its nodes' values are a slice of the column
+    instead of a lookup by name per node."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_column", "_cursor", "_layout", "_lister", "missing", "values")
+
+    def __init__(self, missing: object = None) -> None:
         self._lister: SharedLister | None = None
         self._cursor: int | None = None
         self.values: dict[str, V] = {}
+        #: what :meth:`kept` gives for a node without a value
+        self.missing = missing
+        #: the values in the order of ``_layout`` (the lister's node list object)
+        self._column: list[V | object] | None = None
+        self._layout: Sequence[NodeInfo] | None = None
 
     def refresh(self, lister: SharedLister) -> bool:
         """Drop the values of the nodes changed since the last refresh; False (values
@@ -96,35 +111,106 @@ class NodeMemo(Generic[V]):
             return False
         if changes.names is None:
             self.values.clear()
+            self._column = None
         elif changes.names:
             pop = self.values.pop
             for name in changes.names:
                 pop(name, None)
+            column = self._column
+            if column is not None:
+                if self._layout is lister.node_infos():
+                    places = _positions(lister)
+                    assert places is not None  # a column is built only with them
+                    for name in changes.names:
+                        at = places.get(name)
+                        if at is not None:
+                            column[at] = self.missing
+                else:
+                    self._column = None  # the node list changed: built anew when asked
         self._lister = lister
         self._cursor = changes.cursor
         return True
+
+    def kept(self, nodes: Sequence[NodeInfo]) -> tuple[list[V | object], int | None]:
+        """The values kept for ``nodes`` (``missing`` where none), after
+        :meth:`refresh`; and the place of ``nodes[0]`` in the lister's node list when
+        ``nodes`` are consecutive there (in rotation), for :meth:`keep`."""
+        first = self._first_place(nodes)
+        if first is None:
+            return list(map(self.values.get, map(_name, nodes), repeat(self.missing))), None
+        column = self._column
+        assert column is not None
+        return list(rotation_slice(column, first, 0, len(nodes))), first
+
+    def keep(self, nodes: Sequence[NodeInfo], first: int | None, i: int, value: V) -> None:
+        """Keep ``value`` for ``nodes[i]``; ``first`` as :meth:`kept` gave it for ``nodes``."""
+        name = nodes[i].name
+        self.values[name] = value
+        column = self._column
+        if column is None:
+            return
+        if first is not None:
+            column[(first + i) % len(column)] = value
+        elif self._lister is not None and self._layout is self._lister.node_infos():
+            places = _positions(self._lister)
+            at = places.get(name) if places is not None else None
+            if at is not None:
+                column[at] = value
+
+    def _first_place(self, nodes: Sequence[NodeInfo]) -> int | None:
+        lister = self._lister
+        if lister is None or not nodes:
+            return None
+        places = _positions(lister)
+        if places is None:
+            return None
+        first = places.get(nodes[0].name)
+        if first is None:
+            return None
+        every = lister.node_infos()
+        if len(nodes) > len(every) or not all(
+            map(is_, nodes, rotation_slice(every, first, 0, len(nodes)))
+        ):
+            return None
+        if self._column is None or self._layout is not every:
+            get, missing = self.values.get, self.missing
+            self._column = [get(ni.name, missing) for ni in every]
+            self._layout = every
+        return first
+
+
+def _positions(lister: SharedLister) -> Mapping[str, int] | None:
+    positions: Callable[[], Mapping[str, int]] | None = getattr(lister, "node_positions", None)
+    return positions() if positions is not None else None
 
 
 class NodeMemos(Generic[V]):
     """NodeMemos by key; beyond ``limit`` the least recently used is forgotten."""
 
-    __slots__ = ("_by_key", "limit")
+    __slots__ = ("_by_key", "limit", "missing")
 
-    def __init__(self, limit: int = MEMO_LIMIT) -> None:
+    def __init__(self, limit: int = MEMO_LIMIT, *, missing: object = None) -> None:
         self.limit = limit
+        #: what NodeMemo.kept gives for a node without a value
+        self.missing = missing
         self._by_key: OrderedDict[Hashable, NodeMemo[V]] = OrderedDict()
 
     def get(self, key: Hashable, lister: SharedLister) -> dict[str, V] | None:
         """The values kept under ``key``, brought up to date with ``lister``; None when
         the lister cannot tell what changed (nothing may be kept then)."""
+        memo = self.memo(key, lister)
+        return memo.values if memo is not None else None
+
+    def memo(self, key: Hashable, lister: SharedLister) -> NodeMemo[V] | None:
+        """:meth:`get`'s memo itself (for :meth:`NodeMemo.kept` and :meth:`NodeMemo.keep`)."""
         memo = self._by_key.get(key)
         if memo is None:
-            memo = self._by_key[key] = NodeMemo()
+            memo = self._by_key[key] = NodeMemo(self.missing)
             if len(self._by_key) > self.limit:
                 self._by_key.popitem(last=False)
         else:
             self._by_key.move_to_end(key)
-        return memo.values if memo.refresh(lister) else None
+        return memo if memo.refresh(lister) else None
 
     def clear(self) -> None:
         self._by_key.clear()

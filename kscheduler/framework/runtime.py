@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import add, attrgetter, is_, is_not, itemgetter, mul
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.interface import (
@@ -42,7 +42,12 @@ from kscheduler.framework.interface import (
     SharedLister,
     WaitingPod,
 )
-from kscheduler.framework.node_memo import NodeMemos, nominated_pods_added, same_pods
+from kscheduler.framework.node_memo import (
+    NodeMemo,
+    NodeMemos,
+    nominated_pods_added,
+    same_pods,
+)
 from kscheduler.framework.registry import Registry
 from kscheduler.framework.signing import (
     OpportunisticBatch,
@@ -344,7 +349,7 @@ class Framework:
         self._score_keys: dict[str, NodeKeyFn | None] = {
             p.name: getattr(p, "score_key", None) for p in self.score_plugins
         }
-        self._filter_memos: NodeMemos[Status | None] = NodeMemos()
+        self._filter_memos: NodeMemos[Status | None] = NodeMemos(missing=_UNKNOWN)
         #: per node: the nominated pods added and the verdict with them added
         self._nominated_memos: NodeMemos[NominatedVerdict] = NodeMemos()
         self._score_memos: NodeMemos[int] = NodeMemos()
@@ -496,7 +501,7 @@ class Framework:
         filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
         state: CycleState,
         pod: PodInfo,
-    ) -> tuple[dict[str, Status | None], dict[str, NominatedVerdict] | None] | None:
+    ) -> tuple[NodeMemo[Status | None], dict[str, NominatedVerdict] | None] | None:
         """After PreFilter, when every one of this cycle's ``filters`` (from
         :meth:`filters_to_run`) is node-local this cycle: the verdicts kept for them
         (for :meth:`run_filters_memo`) and, under the same key, the verdicts with
@@ -504,7 +509,7 @@ class Framework:
         key = self._filter_memo_key(filters, state, pod)
         if key is None:
             return None
-        plain = self._filter_memos.get(key, self._snapshot)
+        plain = self._filter_memos.memo(key, self._snapshot)
         if plain is None:
             return None
         return plain, self._nominated_memos.get(key, self._snapshot)
@@ -537,7 +542,7 @@ class Framework:
 
     def run_filters_memo(
         self,
-        memo: dict[str, Status | None],
+        memo: NodeMemo[Status | None],
         filters: Sequence[tuple[str, FilterFn, BatchFilterFn | None]],
         state: CycleState,
         pod: PodInfo,
@@ -546,8 +551,7 @@ class Framework:
         """:meth:`run_filters_on` with the verdicts kept in ``memo`` (from
         :meth:`filter_memos`): only the nodes without one are filtered, and their
         verdicts kept (errors excepted)."""
-        names = list(map(_name, nodes))
-        verdicts = list(map(memo.get, names, repeat(_UNKNOWN)))
+        verdicts, first = memo.kept(nodes)
         if verdicts.count(None) == len(verdicts):
             return {}  # every node passed before and has not changed since
         positions = range(len(verdicts))
@@ -555,18 +559,18 @@ class Framework:
         for i in compress(positions, map(is_not, verdicts, repeat(None))):
             v = verdicts[i]
             if v is not _UNKNOWN and v is not None:
-                rejected[i] = v
+                rejected[i] = cast(Status, v)
         todo = list(compress(positions, map(is_, verdicts, repeat(_UNKNOWN))))
         if todo:
             found = self.run_filters_on(filters, state, pod, [nodes[i] for i in todo])
             for j, i in enumerate(todo):
                 st = found.get(j)
                 if st is None:
-                    memo[names[i]] = None
+                    memo.keep(nodes, first, i, None)
                 else:
                     rejected[i] = st
                     if st.code != Code.ERROR:
-                        memo[names[i]] = st
+                        memo.keep(nodes, first, i, st)
         return rejected
 
     def iterate_waiting_pods(self) -> list[WaitingPod]:
@@ -868,10 +872,10 @@ class Framework:
         kept: list[tuple[int, ...]] = []
         totals: list[int] | None = None
         if fused:
-            memo = self._sum_memos.get(tuple(fused_keys), self._snapshot)
+            memo = self._sum_memos.memo(tuple(fused_keys), self._snapshot)
             if memo is None:
                 return self._plain_totals(state, pod, nodes, names, plan)
-            found: list[tuple[int, ...] | None] = list(map(memo.get, names))
+            found, first = memo.kept(nodes)
             if None in found:
                 todo = _positions_of_none(found)
                 sub = [nodes[i] for i in todo]
@@ -892,8 +896,8 @@ class Framework:
                     raws = [c[j] for c in columns]
                     v = (sum(map(mul, raws, weights)), *raws)
                     found[i] = v
-                    memo[names[i]] = v
-            kept = found  # type: ignore[assignment]
+                    memo.keep(nodes, first, i, v)
+            kept = cast(list[tuple[int, ...]], found)
             totals = list(map(itemgetter(0), kept))
         others: dict[str, list[int]] = {}
         if rest:
@@ -965,20 +969,18 @@ class Framework:
         for p, batch, normalizes, fast_normalize, w in plan:
             ints: list[int]
             try:
-                memo: dict[str, int] | None = None
+                memo: NodeMemo[int] | None = None
                 if memo_ok:
                     key_fn = self._score_keys[p.name]
                     key = key_fn(state, pod) if key_fn is not None else None
                     if key is not None:
-                        memo = self._score_memos.get((p.name, key), self._snapshot)
+                        memo = self._score_memos.memo((p.name, key), self._snapshot)
                 checked = False  # every score known to be in [0, 100]
                 if memo is None:
                     ints, st = self._raw_scores(p, batch, state, pod, nodes)
                 else:
-                    if names is None:
-                        names = list(map(_name, nodes))
                     ints, st, checked = self._raw_scores_memo(
-                        memo, names, p, batch, state, pod, nodes, check=not normalizes
+                        memo, p, batch, state, pod, nodes, check=not normalizes
                     )
                 if st is not None:
                     return st.with_plugin(p.name)
@@ -1037,8 +1039,7 @@ class Framework:
 
     def _raw_scores_memo(
         self,
-        memo: dict[str, int],
-        names: list[str],
+        memo: NodeMemo[int],
         p: ScorePlugin,
         batch: BatchScoreFn | None,
         state: CycleState,
@@ -1051,7 +1052,7 @@ class Framework:
         one are scored, and their scores kept. ``check``: keep only scores in
         [0, 100]; the third value then says whether every score is in that range
         (the kept ones were checked before)."""
-        kept: list[int | None] = list(map(memo.get, names))
+        kept, first = memo.kept(nodes)
         if None not in kept:
             return kept, None, check  # type: ignore[return-value]
         todo = _positions_of_none(kept)
@@ -1066,7 +1067,7 @@ class Framework:
         if check and fresh and (min(fresh) < 0 or max(fresh) > 100):
             return kept, None, False  # type: ignore[return-value]
         for i, v in zip(todo, fresh, strict=True):
-            memo[names[i]] = v
+            memo.keep(nodes, first, i, v)
         return kept, None, check  # type: ignore[return-value]
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status | None:

@@ -297,3 +297,46 @@ def test_a_failing_kept_plugin_fails_the_cycle_as_without_the_memo(memo: bool) -
         Algorithm(rng=random.Random(1)).schedule_pod(fwk, CycleState(), p, snapshot)
     assert err.value.status.plugin == "NodeResourcesBalancedAllocation"
     assert "broken scorer" in err.value.status.message
+
+
+def test_kept_values_are_a_slice_of_the_column_and_agree_with_the_dict() -> None:
+    """Consecutive nodes (in rotation) read the column, others the dict; both give
+    the same values through keeps, node changes and a node added."""
+    cache = Cache()
+    for i in range(6):
+        cache.add_node(node(f"n{i}").alloc(cpu="4", pods=10).record())
+    snapshot = Snapshot(cache)
+    snapshot.update()
+    memos: NodeMemos[int] = NodeMemos(missing="none")
+    memo = memos.memo("k", snapshot)
+    assert memo is not None
+    every = list(snapshot.node_infos())
+    names = [ni.name for ni in every]
+    wrap = [every[4], every[5], every[0]]  # consecutive in rotation
+    values, first = memo.kept(wrap)
+    assert (values, first) == (["none"] * 3, 4)
+    for i, v in enumerate((40, 50, 0)):
+        memo.keep(wrap, first, i, v)
+    assert memo.values == {names[4]: 40, names[5]: 50, names[0]: 0}
+    scattered = [every[5], every[1], every[4]]  # not consecutive: looked up by name
+    values, first = memo.kept(scattered)
+    assert (values, first) == ([50, "none", 40], None)
+    memo.keep(scattered, first, 1, 10)
+    # a value kept by name is in the column, and one kept through the column by name
+    assert memo.kept(every) == ([0, 10, "none", "none", 40, 50], 0)
+    assert memo.values[names[1]] == 10
+    cache.update_node(node(names[5]).alloc(cpu="8", pods=10).record())  # changed
+    snapshot.update()
+    memo = memos.memo("k", snapshot)
+    assert memo is not None
+    assert memo.kept(wrap) == ([40, "none", 0], 4)
+    assert names[5] not in memo.values
+    cache.add_node(node("n9").alloc(cpu="4", pods=10).record())  # the node list changes
+    snapshot.update()
+    memo = memos.memo("k", snapshot)
+    assert memo is not None
+    every = list(snapshot.node_infos())
+    values, first = memo.kept(every)
+    assert first == 0
+    assert values == [memo.values.get(ni.name, "none") for ni in every]
+    assert values.count("none") == len(every) - 3  # n0, n1 and n4 still hold values
