@@ -482,10 +482,16 @@ class Algorithm:
     def pick(self, totals: list[int]) -> int:
         """The place of the highest total; ties are broken uniformly at random."""
         best = max(totals)
-        if totals.count(best) == 1:
+        ties = totals.count(best)
+        if ties == 1:
             return totals.index(best)
-        ties = list(compress(range(len(totals)), map(best.__eq__, totals)))
-        return ties[self.rng.randrange(len(ties))]
+        # the k-th tie, found by C-speed searches rather than a list of all of them
+        k = self.rng.randrange(ties)
+        at = -1
+        index = totals.index
+        for _ in range(k + 1):
+            at = index(best, at + 1)
+        return at
 
     # ---- with extenders -------------------------------------------------------------------------
     async def schedule_pod_with_extenders(
