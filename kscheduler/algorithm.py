@@ -108,7 +108,7 @@ class ScheduleResult:
         evaluated_nodes: int,
         feasible_nodes: int,
         *,
-        names: Sequence[str] | None = None,
+        names: Sequence[str] | Callable[[], Sequence[str]] | None = None,
         totals: list[int] | None = None,
         index: int = -1,
         columns: Callable[[], dict[str, list[int]]] | None = None,
@@ -138,7 +138,8 @@ class ScheduleResult:
     def totals(self) -> dict[str, int] | None:
         """Node -> weighted total."""
         if self._totals is None and self._names is not None and self.total_list is not None:
-            self._totals = dict(zip(self._names, self.total_list, strict=True))
+            names = self._names() if callable(self._names) else self._names
+            self._totals = dict(zip(names, self.total_list, strict=True))
         return self._totals
 
     def host_scores(self) -> dict[str, int]:
@@ -417,6 +418,10 @@ class Algorithm:
             in_order = list(map(_name, order))
             order = list(compress(order, map(not_, map(skipped.__contains__, in_order))))
         m = len(order)
+        # chunks are consecutive in the snapshot's node list (the node memo reads its
+        # kept verdicts as a slice then) unless PreFilter or ``skip`` left nodes out
+        consecutive = memo is not None and not rotated and nodes is all_nodes
+        consecutive = consecutive and snapshot is fwk.snapshot
         error = Code.ERROR
         visited = 0
         while visited < m and len(feasible) < to_find:
@@ -428,7 +433,8 @@ class Algorithm:
             if memo is None:
                 rejected = fwk.run_filters_on(filters, state, pod, chunk)
             else:
-                rejected = fwk.run_filters_memo(memo, filters, state, pod, chunk)
+                first = (start + visited) % n if consecutive else None
+                rejected = fwk.run_filters_memo(memo, filters, state, pod, chunk, first)
             if not rejected and not nominated_nodes and record is None:
                 take = chunk[: to_find - len(feasible)]  # every node of the chunk fits
                 feasible.extend(take)

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter, is_
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from kscheduler.framework.cycle_state import CycleState
 from kscheduler.framework.helpers import rotation_slice
@@ -131,25 +131,25 @@ class NodeMemo(Generic[V]):
         self._cursor = changes.cursor
         return True
 
-    def kept(self, nodes: Sequence[NodeInfo]) -> tuple[list[V | object], int | None]:
-        """The values kept for ``nodes`` (``missing`` where none), after
-        :meth:`refresh`; and the place of ``nodes[0]`` in the lister's node list when
-        ``nodes`` are consecutive there (in rotation), for :meth:`keep`."""
-        first = self._first_place(nodes)
-        if first is None:
-            return list(map(self.values.get, map(_name, nodes), repeat(self.missing))), None
-        column = self._column
-        assert column is not None
-        return list(rotation_slice(column, first, 0, len(nodes))), first
+    def kept(self, nodes: Sequence[NodeInfo], first: int | None) -> list[V | object]:
+        """The values kept for ``nodes`` (``missing`` where none), after :meth:`refresh`.
+
+        ``first``: the place of ``nodes[0]`` in the lister's node list when ``nodes``
+        are consecutive there, in rotation (:func:`consecutive_place`; the caller
+        took them so); None to look each node up by name."""
+        column = self._column_at(nodes, first)
+        if column is None:
+            return list(map(self.values.get, map(_name, nodes), repeat(self.missing)))
+        return list(rotation_slice(column, cast(int, first), 0, len(nodes)))
 
     def keep(self, nodes: Sequence[NodeInfo], first: int | None, i: int, value: V) -> None:
-        """Keep ``value`` for ``nodes[i]``; ``first`` as :meth:`kept` gave it for ``nodes``."""
+        """Keep ``value`` for ``nodes[i]``; ``first`` as given to :meth:`kept`."""
         name = nodes[i].name
         self.values[name] = value
         column = self._column
         if column is None:
             return
-        if first is not None:
+        if first is not None and self._column_at(nodes, first) is not None:
             column[(first + i) % len(column)] = value
         elif self._lister is not None and self._layout is self._lister.node_infos():
             places = _positions(self._lister)
@@ -157,26 +157,44 @@ class NodeMemo(Generic[V]):
             if at is not None:
                 column[at] = value
 
-    def _first_place(self, nodes: Sequence[NodeInfo]) -> int | None:
+    def _column_at(self, nodes: Sequence[NodeInfo], first: int | None) -> list[V | object] | None:
+        """The column, built if need be, when ``first`` places ``nodes`` in the
+        lister's current node list (their ends checked); else None."""
         lister = self._lister
-        if lister is None or not nodes:
-            return None
-        places = _positions(lister)
-        if places is None:
-            return None
-        first = places.get(nodes[0].name)
-        if first is None:
+        if first is None or lister is None or not nodes:
             return None
         every = lister.node_infos()
-        if len(nodes) > len(every) or not all(
-            map(is_, nodes, rotation_slice(every, first, 0, len(nodes)))
+        n = len(every)
+        if not (
+            len(nodes) <= n
+            and 0 <= first < n
+            and nodes[0] is every[first]
+            and nodes[-1] is every[(first + len(nodes) - 1) % n]
         ):
             return None
         if self._column is None or self._layout is not every:
             get, missing = self.values.get, self.missing
             self._column = [get(ni.name, missing) for ni in every]
             self._layout = every
-        return first
+        return self._column
+
+
+def consecutive_place(lister: SharedLister, nodes: Sequence[NodeInfo]) -> int | None:
+    """The place of ``nodes[0]`` in the lister's node list when ``nodes`` are
+    consecutive there (in rotation from that place); None otherwise, or when the
+    lister does not tell places (:meth:`SharedLister.node_positions`)."""
+    places = _positions(lister)
+    if places is None or not nodes:
+        return None
+    first = places.get(nodes[0].name)
+    if first is None:
+        return None
+    every = lister.node_infos()
+    if len(nodes) > len(every) or not all(
+        map(is_, nodes, rotation_slice(every, first, 0, len(nodes)))
+    ):
+        return None
+    return first
 
 
 def _positions(lister: SharedLister) -> Mapping[str, int] | None:

@@ -45,6 +45,7 @@ from kscheduler.framework.interface import (
 from kscheduler.framework.node_memo import (
     NodeMemo,
     NodeMemos,
+    consecutive_place,
     nominated_pods_added,
     same_pods,
 )
@@ -101,18 +102,22 @@ class Nominator(Protocol):
 class ScoreTotals:
     """The Score extension point summed per node (:meth:`Framework.run_score_totals`)."""
 
-    #: the scored nodes' names
-    names: list[str]
-    #: each node's weighted total, in the order of ``names``
+    #: the scored nodes
+    nodes: Sequence[NodeInfo]
+    #: each node's weighted total, in the order of ``nodes``
     totals: list[int]
-    #: plugin -> weighted scores in the order of ``names`` (built when called)
+    #: plugin -> weighted scores in the order of ``nodes`` (built when called)
     columns: Callable[[], dict[str, list[int]]]
-    #: plugin -> weighted score of the node at a place of ``names``
+    #: plugin -> weighted score of the node at a place of ``nodes``
     detail: Callable[[int], dict[str, int]]
 
+    def names(self) -> list[str]:
+        """The scored nodes' names (read when asked: a cycle seldom needs them)."""
+        return list(map(_name, self.nodes))
+
     @classmethod
-    def failed(cls, names: list[str]) -> ScoreTotals:
-        return cls(names, [], dict, lambda _: {})
+    def failed(cls, nodes: Sequence[NodeInfo]) -> ScoreTotals:
+        return cls(nodes, [], dict, lambda _: {})
 
 
 class FrameworkObserver(Protocol):
@@ -547,11 +552,13 @@ class Framework:
         state: CycleState,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
+        first: int | None = None,
     ) -> dict[int, Status]:
         """:meth:`run_filters_on` with the verdicts kept in ``memo`` (from
         :meth:`filter_memos`): only the nodes without one are filtered, and their
-        verdicts kept (errors excepted)."""
-        verdicts, first = memo.kept(nodes)
+        verdicts kept (errors excepted). ``first``: the place of ``nodes[0]`` in the
+        snapshot's node list when ``nodes`` are consecutive there (in rotation)."""
+        verdicts = memo.kept(nodes, first)
         if verdicts.count(None) == len(verdicts):
             return {}  # every node passed before and has not changed since
         positions = range(len(verdicts))
@@ -848,12 +855,12 @@ class Framework:
         for all of them. The others run as in run_score. Which plugin fails, and
         how, is as in run_score.
         """
-        names = list(map(_name, nodes))
         skip = state.skip_score_plugins
         plan = [e for e in self._score_plan if e[0].name not in skip] if skip else self._score_plan
         if not self.node_memo or state.record:
-            return self._plain_totals(state, pod, nodes, names, plan)
+            return self._plain_totals(state, pod, nodes, plan)
         t0 = time.perf_counter()
+        first = consecutive_place(self._snapshot, nodes)
         fused: list[ScorePlanEntry] = []
         fused_keys: list[Hashable] = []
         rest: list[ScorePlanEntry] = []
@@ -874,8 +881,8 @@ class Framework:
         if fused:
             memo = self._sum_memos.memo(tuple(fused_keys), self._snapshot)
             if memo is None:
-                return self._plain_totals(state, pod, nodes, names, plan)
-            found, first = memo.kept(nodes)
+                return self._plain_totals(state, pod, nodes, plan)
+            found = memo.kept(nodes, first)
             if None in found:
                 todo = _positions_of_none(found)
                 sub = [nodes[i] for i in todo]
@@ -886,10 +893,10 @@ class Framework:
                             p, batch if len(todo) > 8 else None, state, pod, sub
                         )
                     except Exception:
-                        return self._plain_totals(state, pod, nodes, names, plan)
+                        return self._plain_totals(state, pod, nodes, plan)
                     if st is not None or (ints and (min(ints) < 0 or max(ints) > 100)):
                         # a failure: reported as run_score reports it
-                        return self._plain_totals(state, pod, nodes, names, plan)
+                        return self._plain_totals(state, pod, nodes, plan)
                     columns.append(ints)
                 weights = [e[4] for e in fused]
                 for j, i in enumerate(todo):
@@ -901,9 +908,9 @@ class Framework:
             totals = list(map(itemgetter(0), kept))
         others: dict[str, list[int]] = {}
         if rest:
-            st = self._score_plugins(rest, state, pod, nodes, names, None, others)
+            st = self._score_plugins(rest, state, pod, nodes, None, None, others, first)
             if st is not None:
-                return ScoreTotals.failed(names), st
+                return ScoreTotals.failed(nodes), st
             for ints in others.values():
                 totals = ints if totals is None else list(map(add, totals, ints))
         if totals is None:
@@ -930,20 +937,19 @@ class Framework:
                 out[name] = others[name][i] if at is None else kept[i][at[0] + 1] * at[1]
             return out
 
-        return ScoreTotals(names, totals, columns_of, detail), None
+        return ScoreTotals(nodes, totals, columns_of, detail), None
 
     def _plain_totals(
         self,
         state: CycleState,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
-        names: list[str],
         plan: Sequence[ScorePlanEntry],
     ) -> tuple[ScoreTotals, Status | None]:
         """run_score_totals from run_score's per-plugin lists."""
         scores, st = self.run_score(state, pod, nodes)
         if st is not None:
-            return ScoreTotals.failed(names), st
+            return ScoreTotals.failed(nodes), st
         totals: list[int] | None = None
         for ints in scores.values():
             totals = ints if totals is None else list(map(add, totals, ints))
@@ -951,7 +957,7 @@ class Framework:
         def detail(i: int) -> dict[str, int]:
             return {plugin: s[i] for plugin, s in scores.items()}
 
-        return ScoreTotals(names, totals or [0] * len(nodes), lambda: scores, detail), None
+        return ScoreTotals(nodes, totals or [0] * len(nodes), lambda: scores, detail), None
 
     def _score_plugins(
         self,
@@ -962,9 +968,12 @@ class Framework:
         names: list[str] | None,
         record: dict[str, tuple[list[int], list[int]]] | None,
         out: dict[str, list[int]],
+        first: int | None = None,
     ) -> Status | None:
         """Score, normalise, check and weight for each plugin of ``plan`` into ``out``;
-        the first failure. Raw scores come from the node memo unless ``record``."""
+        the first failure. Raw scores come from the node memo unless ``record``;
+        ``first``: the place of ``nodes[0]`` in the snapshot's node list when ``nodes``
+        are consecutive there (see NodeMemo.kept)."""
         memo_ok = self.node_memo and record is None
         for p, batch, normalizes, fast_normalize, w in plan:
             ints: list[int]
@@ -980,7 +989,7 @@ class Framework:
                     ints, st = self._raw_scores(p, batch, state, pod, nodes)
                 else:
                     ints, st, checked = self._raw_scores_memo(
-                        memo, p, batch, state, pod, nodes, check=not normalizes
+                        memo, p, batch, state, pod, nodes, first, check=not normalizes
                     )
                 if st is not None:
                     return st.with_plugin(p.name)
@@ -1045,6 +1054,7 @@ class Framework:
         state: CycleState,
         pod: PodInfo,
         nodes: Sequence[NodeInfo],
+        first: int | None,
         *,
         check: bool,
     ) -> tuple[list[int], Status | None, bool]:
@@ -1052,7 +1062,7 @@ class Framework:
         one are scored, and their scores kept. ``check``: keep only scores in
         [0, 100]; the third value then says whether every score is in that range
         (the kept ones were checked before)."""
-        kept, first = memo.kept(nodes)
+        kept = memo.kept(nodes, first)
         if None not in kept:
             return kept, None, check  # type: ignore[return-value]
         todo = _positions_of_none(kept)

@@ -12,7 +12,7 @@ from bench.cycle import FakeClient, FakeObjects, FakeRecorder, default_spec
 from kscheduler.algorithm import Algorithm, FitError, ScheduleError, ScheduleResult
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.framework.cycle_state import CycleState
-from kscheduler.framework.node_memo import NodeMemos
+from kscheduler.framework.node_memo import NodeMemos, consecutive_place
 from kscheduler.framework.runtime import Framework
 from kscheduler.framework.types import PodInfo
 from kscheduler.plugins import in_tree_registry
@@ -313,30 +313,33 @@ def test_kept_values_are_a_slice_of_the_column_and_agree_with_the_dict() -> None
     every = list(snapshot.node_infos())
     names = [ni.name for ni in every]
     wrap = [every[4], every[5], every[0]]  # consecutive in rotation
-    values, first = memo.kept(wrap)
-    assert (values, first) == (["none"] * 3, 4)
+    first = consecutive_place(snapshot, wrap)
+    assert first == 4
+    assert memo.kept(wrap, first) == ["none"] * 3
     for i, v in enumerate((40, 50, 0)):
         memo.keep(wrap, first, i, v)
     assert memo.values == {names[4]: 40, names[5]: 50, names[0]: 0}
     scattered = [every[5], every[1], every[4]]  # not consecutive: looked up by name
-    values, first = memo.kept(scattered)
-    assert (values, first) == ([50, "none", 40], None)
-    memo.keep(scattered, first, 1, 10)
+    assert consecutive_place(snapshot, scattered) is None
+    assert consecutive_place(snapshot, [every[1], every[3]]) is None
+    assert memo.kept(scattered, None) == [50, "none", 40]
+    assert memo.kept(scattered, 5) == [50, "none", 40]  # a wrong place is not trusted
+    memo.keep(scattered, None, 1, 10)
     # a value kept by name is in the column, and one kept through the column by name
-    assert memo.kept(every) == ([0, 10, "none", "none", 40, 50], 0)
+    assert memo.kept(every, 0) == [0, 10, "none", "none", 40, 50]
     assert memo.values[names[1]] == 10
     cache.update_node(node(names[5]).alloc(cpu="8", pods=10).record())  # changed
     snapshot.update()
     memo = memos.memo("k", snapshot)
     assert memo is not None
-    assert memo.kept(wrap) == ([40, "none", 0], 4)
+    assert memo.kept(wrap, 4) == [40, "none", 0]
     assert names[5] not in memo.values
     cache.add_node(node("n9").alloc(cpu="4", pods=10).record())  # the node list changes
     snapshot.update()
     memo = memos.memo("k", snapshot)
     assert memo is not None
     every = list(snapshot.node_infos())
-    values, first = memo.kept(every)
-    assert first == 0
+    assert consecutive_place(snapshot, every) == 0
+    values = memo.kept(every, 0)
     assert values == [memo.values.get(ni.name, "none") for ni in every]
     assert values.count("none") == len(every) - 3  # n0, n1 and n4 still hold values
