@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 from kscheduler.framework import (
@@ -46,7 +45,6 @@ from kscheduler.framework import (
 )
 from kscheduler.framework.aggregate import Contribution, NodeAggregate, NodeAggregates
 from kscheduler.framework.args import Fields
-from kscheduler.framework.helpers import filter_rejections
 from kscheduler.framework.selectors import LabelSelector
 from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import AffinityTerm
@@ -586,28 +584,6 @@ class InterPodAffinity:
                     return Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
         return None
 
-    def filter_nodes(
-        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
-    ) -> dict[int, Status]:
-        """filter() for many nodes at once. Without required affinity, a node can be
-        rejected only when one of its labels is a (topology key, value) pair with a
-        positive count (the pod's anti-affinity, or existing pods'); only those nodes
-        are filtered one by one."""
-        s = state.get(PRE_FILTER_KEY)
-        if not isinstance(s, FilterState) or s.affinity:
-            return filter_rejections(self.filter, state, pod, nodes, range(len(nodes)))
-        taken: dict[str, set[str]] = {}  # topology key -> values with a positive count
-        anti = s.anti_affinity_counts.items() if s.anti_affinity else ()
-        for (key, value), n in chain(anti, s.existing_anti_affinity_counts.items()):
-            if n > 0:
-                taken.setdefault(key, set()).add(value)
-        if not taken:
-            return {}
-        look = [
-            i for i, ni in enumerate(nodes) if ni.node is None or _has_any(ni.node.labels, taken)
-        ]
-        return filter_rejections(self.filter, state, pod, nodes, look)
-
     # -- PreScore / Score --------------------------------------------------------
 
     def pre_score(
@@ -694,15 +670,6 @@ class InterPodAffinity:
         for ns in scores:
             ns.score = int(MAX_NODE_SCORE * ((ns.score - lowest) / spread)) if spread > 0 else 0
         return None
-
-
-def _has_any(labels: Mapping[str, str], taken: Mapping[str, set[str]]) -> bool:
-    """Whether one of the node's labels is among ``taken`` (key -> values)."""
-    for key, values in taken.items():
-        value = labels.get(key)
-        if value is not None and value in values:
-            return True
-    return False
 
 
 def _satisfies_affinity(s: FilterState, labels: Mapping[str, str]) -> bool:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
@@ -643,52 +642,3 @@ def test_node_change_hint() -> None:
     p = mkpod("p", affinity(required=[term("region", S1)]))
     assert hint(p, None, node("n").labels(region="r").record()) == QueueingHint.QUEUE
     assert hint(p, None, node("n").labels(zone="z").record()) == QueueingHint.SKIP
-
-
-def test_filter_nodes_rejects_what_filter_rejects_node_by_node() -> None:
-    """The batch filter gives each node the verdict filter() gives it, for pods with
-    anti-affinity, affinity, both or neither, among existing pods with their own."""
-    rng = random.Random(5)
-    apps = ["a", "b", "c"]
-    keys = ["kubernetes.io/hostname", "zone", "region"]
-
-    def random_terms() -> list[dict[str, Any]]:
-        return [term(rng.choice(keys), sel(app=rng.choice(apps))) for _ in range(rng.randint(1, 2))]
-
-    def random_affinity() -> dict[str, Any] | None:
-        parts: dict[str, Any] = {}
-        if rng.random() < 0.5:
-            parts["anti_required"] = random_terms()
-        if rng.random() < 0.3:
-            parts["required"] = random_terms()
-        return affinity(**parts) if parts else None
-
-    checked = rejected = 0
-    for round_ in range(40):
-        nodes = []
-        for i in range(30):
-            labels = {"kubernetes.io/hostname": f"n{i}", "zone": f"z{i % 4}"}
-            if i % 5:
-                labels["region"] = f"r{i % 2}"
-            pods = [
-                mkpod(f"e{round_}-{i}-{k}", random_affinity(), on=f"n{i}", app=rng.choice(apps))
-                for k in range(rng.randint(0, 2))
-            ]
-            nodes.append(mknode(f"n{i}", *pods, **labels))
-        pl = plugin(nodes)
-        for k in range(5):
-            p = mkpod(f"p{round_}-{k}", random_affinity(), app=rng.choice(apps))
-            state = CycleState()
-            _, st = pl.pre_filter(state, p, nodes)
-            if st is not None:
-                continue  # PreFilter rejected the pod: Filter does not run
-            one_by_one = {}
-            for i, n in enumerate(nodes):
-                f = pl.filter(state, p, n)
-                if f is not None:
-                    one_by_one[i] = (f.code, f.message)
-            batch = {i: (f.code, f.message) for i, f in pl.filter_nodes(state, p, nodes).items()}
-            assert batch == one_by_one, (round_, k)
-            checked += 1
-            rejected += len(one_by_one)
-    assert checked > 100 and rejected > 500  # most cases reject some nodes
