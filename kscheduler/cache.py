@@ -30,7 +30,8 @@ cycles and recompute only the changed nodes. The log is dropped once it holds
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kscheduler.framework.interface import ImageState, NodeChanges
@@ -78,6 +79,9 @@ class Cache:
         self._zones: dict[str, list[str]] = {}
         self._node_list_dirty = True
         self._affinity_dirty = True
+        #: Nodes where a pod with affinity came or went since the snapshot last looked
+        #: (the snapshot then updates its affinity lists for those nodes alone).
+        self._affinity_touched: list[str] = []
         self.generation = 0
         #: Names of the nodes whose Node object or pods changed, oldest first; entry i
         #: is change number ``_changes_base + i`` (a cursor counts changes).
@@ -179,7 +183,7 @@ class Cache:
     def _place(self, pod: PodInfo) -> None:
         self._node_for(pod.node_name).add_pod(pod)
         if pod.has_affinity():
-            self._affinity_dirty = True
+            self._affinity_touched.append(pod.node_name)
         self.generation += 1
         self._changed(pod.node_name)
 
@@ -189,7 +193,7 @@ class Cache:
             return
         ni.remove_pod(pod.uid)
         if pod.has_affinity():
-            self._affinity_dirty = True
+            self._affinity_touched.append(pod.node_name)
         if ni.node is None and not ni.pods:
             del self.nodes[pod.node_name]
         self.generation += 1
@@ -329,12 +333,32 @@ class Snapshot:
             self._list = [nodes[n] for n in c.ordered_node_names()]
             self._positions = None
             c._affinity_dirty = True
+        touched = c._affinity_touched
         if c._affinity_dirty:
             c._affinity_dirty = False
             self._with_affinity = [n for n in self._list if n.pods_with_affinity]
             self._with_anti = [n for n in self._list if n.pods_with_required_anti_affinity]
+        elif touched:
+            self._update_affinity_lists(touched)
+        touched.clear()
         self._pvcs = None
         self._gen = c.generation
+
+    def _update_affinity_lists(self, touched: Iterable[str]) -> None:
+        """Bring the two lists of nodes with affinity pods up to date for the
+        ``touched`` nodes alone, keeping node list order as a full rebuild would."""
+        positions = self.node_positions()
+        for name in dict.fromkeys(touched):
+            at = positions.get(name)
+            if at is None:
+                continue  # a node-less entry: not in the node list
+            ni = self._list[at]
+            self._with_affinity = _with_member(
+                self._with_affinity, positions, ni, bool(ni.pods_with_affinity)
+            )
+            self._with_anti = _with_member(
+                self._with_anti, positions, ni, bool(ni.pods_with_required_anti_affinity)
+            )
 
     def node_infos(self) -> Sequence[NodeInfo]:
         return self._list
@@ -374,6 +398,22 @@ class Snapshot:
         if c.generation != self._gen:
             return None
         return c.changes_since(cursor)
+
+
+def _with_member(
+    nodes: list[NodeInfo], positions: Mapping[str, int], ni: NodeInfo, member: bool
+) -> list[NodeInfo]:
+    """``nodes`` (a part of the node list, in its order) with ``ni`` in it or not; a new
+    list when that changes it, as the last cycle's readers may still hold the old one."""
+    i = bisect_left(nodes, positions[ni.name], key=lambda n: positions[n.name])
+    if (i < len(nodes) and nodes[i] is ni) == member:
+        return nodes
+    out = list(nodes)
+    if member:
+        out.insert(i, ni)
+    else:
+        del out[i]
+    return out
 
 
 __all__ = ["Cache", "Snapshot", "pod_pvc_names", "zone_key"]

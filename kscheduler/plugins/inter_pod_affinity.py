@@ -30,6 +30,7 @@ from kscheduler.framework import (
     ActionType,
     ClusterEvent,
     ClusterEventWithHint,
+    Code,
     CycleState,
     EventResource,
     Handle,
@@ -45,6 +46,7 @@ from kscheduler.framework import (
 )
 from kscheduler.framework.aggregate import Contribution, NodeAggregate, NodeAggregates
 from kscheduler.framework.args import Fields
+from kscheduler.framework.helpers import filter_rejections
 from kscheduler.framework.selectors import LabelSelector
 from kscheduler.framework.signing import SignFragment
 from kscheduler.framework.types import AffinityTerm
@@ -168,8 +170,11 @@ def _resolve(terms: Iterable[AffinityTerm], namespaces: _Namespaces) -> tuple[Re
     return tuple(out)
 
 
+#: Pods per topology domain: topology key -> value -> count (no zero counts, no empty keys).
+Counts = dict[str, dict[str, int]]
+
 #: PreFilter's counts: existing pods' anti-affinity, the pod's affinity, its anti-affinity.
-_Counts = tuple[dict[TopologyPair, int], dict[TopologyPair, int], dict[TopologyPair, int]]
+_Counts = tuple[Counts, Counts, Counts]
 
 
 def _count_value(share: Contribution[str, str], key: str, labels: Mapping[str, str]) -> None:
@@ -182,16 +187,14 @@ def _count_value(share: Contribution[str, str], key: str, labels: Mapping[str, s
         per_value[value] = per_value.get(value, 0) + 1
 
 
-def _pair_counts(totals: Mapping[str, Mapping[str, int]]) -> dict[TopologyPair, int]:
-    """topology key -> value -> count, as (key, value) -> count."""
-    return {(key, value): n for key, per_value in totals.items() for value, n in per_value.items()}
+def _copy(counts: Counts) -> Counts:
+    return {key: dict(per_value) for key, per_value in counts.items()}
 
 
-def _existing_contribution(
-    ni: NodeInfo, node: NodeRecord
-) -> Contribution[AffinityTerm, TopologyPair]:
-    """A node's existing pods' required anti-affinity: term -> topology pair -> pods."""
-    share: Contribution[AffinityTerm, TopologyPair] = {}
+def _existing_contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[AffinityTerm, str]:
+    """A node's existing pods' required anti-affinity: term -> value of the term's
+    topology key -> pods."""
+    share: Contribution[AffinityTerm, str] = {}
     if not ni.pods_with_required_anti_affinity:
         return share
     labels = node.labels
@@ -199,29 +202,75 @@ def _existing_contribution(
         for t in other.required_anti_affinity:
             value = labels.get(t.topology_key)
             if value is not None:
-                per_pair = share.get(t)
-                if per_pair is None:
-                    per_pair = share[t] = {}
-                pair = (t.topology_key, value)
-                per_pair[pair] = per_pair.get(pair, 0) + 1
+                per_value = share.get(t)
+                if per_value is None:
+                    per_value = share[t] = {}
+                per_value[value] = per_value.get(value, 0) + 1
     return share
 
 
-def _add(counts: dict[TopologyPair, int], pair: TopologyPair, delta: int) -> None:
-    n = counts.get(pair, 0) + delta
-    if n == 0:
-        counts.pop(pair, None)
+#: The kinds of an existing pod's terms PreScore scores: required affinity (by
+#: hardPodAffinityWeight), preferred affinity, preferred anti-affinity.
+_REQUIRED, _PREFERRED, _PREFERRED_ANTI = "required", "preferred", "preferred-anti"
+
+
+def _scoring_contribution(
+    ni: NodeInfo, node: NodeRecord
+) -> Contribution[tuple[str, AffinityTerm], str]:
+    """A node's existing pods' scoring terms: (kind, term) -> value of the term's
+    topology key -> pods."""
+    share: Contribution[tuple[str, AffinityTerm], str] = {}
+    labels = node.labels
+    if not labels or not ni.pods_with_affinity:
+        return share
+
+    def count(kind: str, terms: Iterable[AffinityTerm]) -> None:
+        for t in terms:
+            value = labels.get(t.topology_key)
+            if value is not None:
+                per_value = share.get((kind, t))
+                if per_value is None:
+                    per_value = share[(kind, t)] = {}
+                per_value[value] = per_value.get(value, 0) + 1
+
+    for other in ni.pods_with_affinity.values():
+        count(_REQUIRED, other.required_affinity)
+        count(_PREFERRED, other.preferred_affinity)
+        count(_PREFERRED_ANTI, other.preferred_anti_affinity)
+    return share
+
+
+def _add(counts: Counts, key: str, value: str, delta: int) -> None:
+    per_value = counts.get(key)
+    if per_value is None:
+        per_value = counts[key] = {}
+    n = per_value.get(value, 0) + delta
+    if n:
+        per_value[value] = n
     else:
-        counts[pair] = n
+        per_value.pop(value, None)
+        if not per_value:
+            del counts[key]
+
+
+def _count(counts: Counts, key: str, value: str) -> int:
+    per_value = counts.get(key)
+    return per_value.get(value, 0) if per_value is not None else 0
 
 
 # ------------------------------------------------------------------------ states
 
 
 class FilterState:
-    """PreFilter's topology pair counts. Cloned for preemption."""
+    """PreFilter's counts per topology domain. Cloned for preemption.
+
+    The counts may be the plugin's own totals, kept across cycles (``shared``): they
+    are copied before the first change (AddPod/RemovePod), and hold only for the
+    cycle that made them.
+    """
 
     __slots__ = (
+        "_shared",
         "affinity",
         "affinity_counts",
         "anti_affinity",
@@ -236,10 +285,11 @@ class FilterState:
         affinity: tuple[ResolvedTerm, ...],
         anti_affinity: tuple[ResolvedTerm, ...],
         namespace_labels: dict[str, str],
-        existing_anti_affinity_counts: dict[TopologyPair, int],
-        affinity_counts: dict[TopologyPair, int],
-        anti_affinity_counts: dict[TopologyPair, int],
+        existing_anti_affinity_counts: Counts,
+        affinity_counts: Counts,
+        anti_affinity_counts: Counts,
         self_match: bool,
+        shared: bool = False,
     ) -> None:
         self.affinity = affinity
         self.anti_affinity = anti_affinity
@@ -253,38 +303,41 @@ class FilterState:
         self.anti_affinity_counts = anti_affinity_counts
         #: The incoming pod matches all its own required affinity terms.
         self.self_match = self_match
+        self._shared = shared
 
     def clone(self) -> FilterState:
         return FilterState(
             self.affinity,
             self.anti_affinity,
             self.namespace_labels,
-            dict(self.existing_anti_affinity_counts),
-            dict(self.affinity_counts),
-            dict(self.anti_affinity_counts),
+            _copy(self.existing_anti_affinity_counts),
+            _copy(self.affinity_counts),
+            _copy(self.anti_affinity_counts),
             self.self_match,
         )
 
     def update_with_pod(
         self, incoming: PodInfo, other: PodInfo, node: NodeRecord, delta: int
     ) -> None:
+        if self._shared:
+            self.existing_anti_affinity_counts = _copy(self.existing_anti_affinity_counts)
+            self.affinity_counts = _copy(self.affinity_counts)
+            self.anti_affinity_counts = _copy(self.anti_affinity_counts)
+            self._shared = False
         labels = node.labels
         for t in other.required_anti_affinity:
-            if t.topology_key in labels and _existing_term_matches(
-                t, incoming, self.namespace_labels
-            ):
-                _add(
-                    self.existing_anti_affinity_counts,
-                    (t.topology_key, labels[t.topology_key]),
-                    delta,
-                )
+            value = labels.get(t.topology_key)
+            if value is not None and _existing_term_matches(t, incoming, self.namespace_labels):
+                _add(self.existing_anti_affinity_counts, t.topology_key, value, delta)
         if _matches_all(self.affinity, other):
             for rt in self.affinity:
-                if rt.topology_key in labels:
-                    _add(self.affinity_counts, (rt.topology_key, labels[rt.topology_key]), delta)
+                value = labels.get(rt.topology_key)
+                if value is not None:
+                    _add(self.affinity_counts, rt.topology_key, value, delta)
         for rt in self.anti_affinity:
-            if rt.topology_key in labels and rt.matches(other):
-                _add(self.anti_affinity_counts, (rt.topology_key, labels[rt.topology_key]), delta)
+            value = labels.get(rt.topology_key)
+            if value is not None and rt.matches(other):
+                _add(self.anti_affinity_counts, rt.topology_key, value, delta)
 
 
 class ScoreState:
@@ -324,9 +377,13 @@ class InterPodAffinity:
         self.args = args
         self._handle = handle
         #: Existing pods' required anti-affinity per term, kept across cycles.
-        self._existing: NodeAggregate[AffinityTerm, TopologyPair] = NodeAggregate()
+        self._existing: NodeAggregate[AffinityTerm, str] = NodeAggregate()
         #: Pods matching an incoming pod's resolved terms, kept across cycles by terms.
         self._matching: NodeAggregates[str, str] = NodeAggregates()
+        #: Existing pods' scoring terms, kept across cycles.
+        self._scoring: NodeAggregate[tuple[str, AffinityTerm], str] = NodeAggregate()
+        #: Pods matching an incoming pod's preferred terms (by position), kept by terms.
+        self._preferred: NodeAggregates[int, str] = NodeAggregates()
 
     def sign_pod(self, pod: PodInfo) -> tuple[list[SignFragment], Status | None]:
         """Pods with pod affinity or anti-affinity cannot be signed; the others sign
@@ -410,6 +467,7 @@ class InterPodAffinity:
         anti = _resolve(pod.required_anti_affinity, namespaces)
         ns_labels = namespaces.labels_of(pod.namespace)
         counts = self._tracked_counts(pod, nodes, affinity, anti, ns_labels)
+        shared = counts is not None
         if counts is None:
             counts = self._scanned_counts(pod, nodes, affinity, anti, ns_labels)
         existing, affinity_counts, anti_counts = counts
@@ -425,6 +483,7 @@ class InterPodAffinity:
                 affinity_counts,
                 anti_counts,
                 _matches_all(affinity, pod),
+                shared,
             ),
         )
         return None, None
@@ -439,7 +498,7 @@ class InterPodAffinity:
     ) -> _Counts:
         """PreFilter's counts (existing pods' anti-affinity, the pod's affinity, its
         anti-affinity) from every pod of every node."""
-        existing: dict[TopologyPair, int] = {}
+        existing: Counts = {}
         for ni in self._handle.snapshot.have_pods_with_required_anti_affinity():
             node = ni.node
             if node is None:
@@ -449,11 +508,10 @@ class InterPodAffinity:
                 for t in other.required_anti_affinity:
                     value = labels.get(t.topology_key)
                     if value is not None and _existing_term_matches(t, pod, ns_labels):
-                        pair = (t.topology_key, value)
-                        existing[pair] = existing.get(pair, 0) + 1
+                        _add(existing, t.topology_key, value, 1)
 
-        affinity_counts: dict[TopologyPair, int] = {}
-        anti_counts: dict[TopologyPair, int] = {}
+        affinity_counts: Counts = {}
+        anti_counts: Counts = {}
         if affinity or anti:
             for ni in nodes:
                 node = ni.node
@@ -465,13 +523,11 @@ class InterPodAffinity:
                         for rt in affinity:
                             value = labels.get(rt.topology_key)
                             if value is not None:
-                                pair = (rt.topology_key, value)
-                                affinity_counts[pair] = affinity_counts.get(pair, 0) + 1
+                                _add(affinity_counts, rt.topology_key, value, 1)
                     for rt in anti:
                         value = labels.get(rt.topology_key)
                         if value is not None and rt.matches(other):
-                            pair = (rt.topology_key, value)
-                            anti_counts[pair] = anti_counts.get(pair, 0) + 1
+                            _add(anti_counts, rt.topology_key, value, 1)
         return existing, affinity_counts, anti_counts
 
     def _tracked_counts(
@@ -482,7 +538,8 @@ class InterPodAffinity:
         anti: tuple[ResolvedTerm, ...],
         ns_labels: dict[str, str],
     ) -> _Counts | None:
-        """_scanned_counts from per-node counts kept across cycles; None when
+        """_scanned_counts from per-node counts kept across cycles (the plugin's own
+        totals, to be copied before any change: see FilterState); None when
         ``nodes`` is not the snapshot's node list or the snapshot cannot say which
         nodes changed (see NodeAggregate.refresh).
 
@@ -496,13 +553,23 @@ class InterPodAffinity:
         snapshot = self._handle.snapshot
         if not self._existing.refresh(snapshot, nodes, _existing_contribution):
             return None
-        existing: dict[TopologyPair, int] = {}
-        for term, pairs in self._existing.totals.items():
-            if _existing_term_matches(term, pod, ns_labels):
-                for pair, n in pairs.items():
-                    existing[pair] = existing.get(pair, 0) + n
+        existing: Counts = {}
+        merged: set[str] = set()  # keys whose counts are this cycle's own sums
+        for term, per_value in self._existing.totals.items():
+            if not _existing_term_matches(term, pod, ns_labels):
+                continue
+            key = term.topology_key
+            counts = existing.get(key)
+            if counts is None:
+                existing[key] = per_value
+                continue
+            if key not in merged:
+                counts = existing[key] = dict(counts)
+                merged.add(key)
+            for value, n in per_value.items():
+                counts[value] = counts.get(value, 0) + n
 
-        affinity_counts: dict[TopologyPair, int] = {}
+        affinity_counts: Counts = {}
         if affinity:
 
             def affinity_contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[str, str]:
@@ -517,9 +584,9 @@ class InterPodAffinity:
             agg = self._matching.get(("affinity", affinity))
             if not agg.refresh(snapshot, nodes, affinity_contribution):
                 return None
-            affinity_counts = _pair_counts(agg.totals)
+            affinity_counts = agg.totals
 
-        anti_counts: dict[TopologyPair, int] = {}
+        anti_counts: Counts = {}
         if anti:
 
             def anti_contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[str, str]:
@@ -534,7 +601,7 @@ class InterPodAffinity:
             agg = self._matching.get(("anti", anti))
             if not agg.refresh(snapshot, nodes, anti_contribution):
                 return None
-            anti_counts = _pair_counts(agg.totals)
+            anti_counts = agg.totals
 
         return existing, affinity_counts, anti_counts
 
@@ -572,17 +639,60 @@ class InterPodAffinity:
         if s.anti_affinity_counts:
             for rt in s.anti_affinity:
                 value = labels.get(rt.topology_key)
-                if (
-                    value is not None
-                    and s.anti_affinity_counts.get((rt.topology_key, value), 0) > 0
-                ):
+                if value is not None and _count(s.anti_affinity_counts, rt.topology_key, value) > 0:
                     return Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
-        existing = s.existing_anti_affinity_counts
-        if existing:
-            for pair in labels.items():
-                if existing.get(pair, 0) > 0:
-                    return Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+        for key, per_value in s.existing_anti_affinity_counts.items():
+            value = labels.get(key)
+            if value is not None and per_value.get(value, 0) > 0:
+                return Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
         return None
+
+    def filter_nodes(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> dict[int, Status]:
+        """filter over ``nodes`` with each term's counts looked up once."""
+        s = state.get(PRE_FILTER_KEY)
+        if not isinstance(s, FilterState):
+            return filter_rejections(self.filter, state, pod, nodes, range(len(nodes)))
+        empty: dict[str, int] = {}
+        affinity = [
+            (rt.topology_key, s.affinity_counts.get(rt.topology_key, empty)) for rt in s.affinity
+        ]
+        # with no match anywhere, the first pod of a group may still go where the keys exist
+        first = not s.affinity_counts and s.self_match
+        checks = [
+            (rt.topology_key, per_value, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
+            for rt in s.anti_affinity
+            if (per_value := s.anti_affinity_counts.get(rt.topology_key))
+        ]
+        checks += [
+            (key, per_value, ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+            for key, per_value in s.existing_anti_affinity_counts.items()
+        ]
+        out: dict[int, Status] = {}
+        if not affinity and not checks:
+            return out
+        unschedulable, unresolvable = Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        for j, ni in enumerate(nodes):
+            labels = ni.labels
+            if affinity:
+                keys_exist = pods_exist = True
+                for key, per_value in affinity:
+                    value = labels.get(key)
+                    if value is None:
+                        keys_exist = False
+                        break
+                    if per_value.get(value, 0) <= 0:
+                        pods_exist = False
+                if not keys_exist or not (pods_exist or first):
+                    out[j] = Status(unresolvable, [ERR_REASON_AFFINITY_RULES_NOT_MATCH])
+                    continue
+            for key, per_value, reason in checks:
+                value = labels.get(key)
+                if value is not None and per_value.get(value, 0) > 0:
+                    out[j] = Status(unschedulable, [reason])
+                    break
+        return out
 
     # -- PreScore / Score --------------------------------------------------------
 
@@ -593,18 +703,34 @@ class InterPodAffinity:
         has_preferred = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
         if self.args.ignore_preferred_terms_of_existing_pods and not has_preferred:
             return Status.skip()
-        snapshot = self._handle.snapshot
-        all_nodes = snapshot.node_infos() if has_preferred else snapshot.have_pods_with_affinity()
         namespaces = _Namespaces(self._handle)
         preferred = _resolve(pod.preferred_affinity, namespaces)
         preferred_anti = _resolve(pod.preferred_anti_affinity, namespaces)
         ns_labels = namespaces.labels_of(pod.namespace)
+        scores = self._tracked_scores(pod, preferred, preferred_anti, ns_labels)
+        if scores is None:
+            scores = self._scanned_scores(pod, preferred, preferred_anti, ns_labels)
+        if not scores:
+            return Status.skip()
+        state.write(PRE_SCORE_KEY, ScoreState(scores))
+        return None
+
+    def _scanned_scores(
+        self,
+        pod: PodInfo,
+        preferred: tuple[ResolvedTerm, ...],
+        preferred_anti: tuple[ResolvedTerm, ...],
+        ns_labels: dict[str, str],
+    ) -> Counts:
+        """PreScore's score per topology domain from every pod of every node (all of
+        them when the pod has preferred terms, else those with affinity)."""
+        has_preferred = bool(preferred or preferred_anti)
+        snapshot = self._handle.snapshot
+        all_nodes = snapshot.node_infos() if has_preferred else snapshot.have_pods_with_affinity()
         hard_weight = self.args.hard_pod_affinity_weight
-        scores: dict[str, dict[str, int]] = {}
-        touched = False
+        scores: Counts = {}
 
         def add(key: str, labels: Mapping[str, str], weight: int) -> None:
-            nonlocal touched
             value = labels.get(key)
             if value is None:
                 return
@@ -612,7 +738,6 @@ class InterPodAffinity:
             if per_key is None:
                 per_key = scores[key] = {}
             per_key[value] = per_key.get(value, 0) + weight
-            touched = True
 
         for ni in all_nodes:
             node = ni.node
@@ -637,10 +762,63 @@ class InterPodAffinity:
                 for t in other.preferred_anti_affinity:
                     if _existing_term_matches(t, pod, ns_labels):
                         add(t.topology_key, labels, -t.weight)
-        if not touched:
-            return Status.skip()
-        state.write(PRE_SCORE_KEY, ScoreState(scores))
-        return None
+        return scores
+
+    def _tracked_scores(
+        self,
+        pod: PodInfo,
+        preferred: tuple[ResolvedTerm, ...],
+        preferred_anti: tuple[ResolvedTerm, ...],
+        ns_labels: dict[str, str],
+    ) -> Counts | None:
+        """_scanned_scores from pods per term and topology value kept across cycles;
+        None when the snapshot cannot say which nodes changed."""
+        snapshot = self._handle.snapshot
+        nodes = snapshot.node_infos()
+        if not self._scoring.refresh(snapshot, nodes, _scoring_contribution):
+            return None
+        scores: Counts = {}
+
+        def add(key: str, per_value: Mapping[str, int], weight: int) -> None:
+            per_key = scores.get(key)
+            if per_key is None:
+                per_key = scores[key] = {}
+            for value, n in per_value.items():
+                per_key[value] = per_key.get(value, 0) + n * weight
+
+        terms = (*preferred, *preferred_anti)
+        if terms:
+
+            def contribution(ni: NodeInfo, node: NodeRecord) -> Contribution[int, str]:
+                share: Contribution[int, str] = {}
+                labels = node.labels
+                if not labels:
+                    return share
+                for i, rt in enumerate(terms):
+                    value = labels.get(rt.topology_key)
+                    if value is None:
+                        continue
+                    n = sum(1 for other in ni.pods.values() if rt.matches(other))
+                    if n:
+                        share[i] = {value: n}
+                return share
+
+            agg = self._preferred.get((preferred, preferred_anti))
+            if not agg.refresh(snapshot, nodes, contribution):
+                return None
+            for i, per_value in agg.totals.items():
+                rt = terms[i]
+                add(rt.topology_key, per_value, rt.weight if i < len(preferred) else -rt.weight)
+
+        hard_weight = self.args.hard_pod_affinity_weight
+        for (kind, t), per_value in self._scoring.totals.items():
+            if kind == _REQUIRED:
+                if hard_weight <= 0 or not _existing_term_matches(t, pod, ns_labels):
+                    continue
+                add(t.topology_key, per_value, hard_weight)
+            elif _existing_term_matches(t, pod, ns_labels):
+                add(t.topology_key, per_value, t.weight if kind == _PREFERRED else -t.weight)
+        return scores
 
     def score(
         self, state: CycleState, pod: PodInfo, node_info: NodeInfo
@@ -678,7 +856,7 @@ def _satisfies_affinity(s: FilterState, labels: Mapping[str, str]) -> bool:
         value = labels.get(rt.topology_key)
         if value is None:
             return False  # every topology key must exist on the node
-        if s.affinity_counts.get((rt.topology_key, value), 0) <= 0:
+        if _count(s.affinity_counts, rt.topology_key, value) <= 0:
             pods_exist = False
     if pods_exist:
         return True

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
 from kscheduler.cache import Cache, Snapshot
+from kscheduler.framework.parse import parse_pod
+from kscheduler.framework.types import NodeInfo, PodInfo
 from tests.unit.builders import node, pod
 
 ZONE = "topology.kubernetes.io/zone"
@@ -142,3 +150,85 @@ def test_snapshot_affinity_lists_follow_pods() -> None:
     c.remove_pod(pi.uid)
     s.update()
     assert s.have_pods_with_affinity() == []
+
+
+def _with_terms(name: str, on: str, *, anti: bool, preferred: bool) -> PodInfo:
+    raw = pod(name).on(on).raw()
+    term = {"labelSelector": {"matchLabels": {"a": "b"}}, "topologyKey": "kubernetes.io/hostname"}
+    affinity: dict[str, Any] = {}
+    if anti:
+        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if preferred:
+        affinity["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": term}
+            ]
+        }
+    if affinity:
+        raw["spec"]["affinity"] = affinity
+    pi = parse_pod(raw)
+    assert pi.parse_error is None
+    return pi
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_snapshot_affinity_lists_updated_in_place_equal_a_rebuild(seed: int) -> None:
+    """Pods with and without affinity come and go (assumed, confirmed, moved, forgotten)
+    while nodes are added and removed: the lists the snapshot keeps up to date node by
+    node equal the ones built from its whole node list, in the same order, and the
+    lists handed out before stay as they were."""
+    rng = random.Random(seed)
+    c = Cache()
+    s = Snapshot(c)
+    zones = ["a", "b", "c"]
+    names = [f"n{i}" for i in range(30)]
+    for name in names[:20]:
+        c.add_node(node(name).label(ZONE, rng.choice(zones)).record())
+    pods: dict[str, PodInfo] = {}
+    # the lists handed out earlier, and what they held then
+    held: list[tuple[Sequence[NodeInfo], list[NodeInfo]]] = []
+    for step in range(400):
+        r = rng.random()
+        if r < 0.45 or not pods:
+            p = _with_terms(
+                f"p{step}",
+                rng.choice(names),
+                anti=rng.random() < 0.5,
+                preferred=rng.random() < 0.3,
+            )
+            if rng.random() < 0.5:
+                c.assume(p)
+            else:
+                c.add_pod(p)
+            pods[p.uid] = p
+        elif r < 0.75:
+            uid = rng.choice(list(pods))
+            gone = pods.pop(uid)
+            if c.is_assumed(uid) and rng.random() < 0.5:
+                c.forget(uid)
+            else:
+                c.remove_pod(gone.uid)
+        elif r < 0.85:
+            uid = rng.choice(list(pods))
+            c.add_pod(pods[uid])  # the informer confirms (or replays) it
+        elif r < 0.93:
+            name = rng.choice(names)
+            c.add_node(node(name).label(ZONE, rng.choice(zones)).record())
+        else:
+            c.remove_node(rng.choice(names))
+        s.update()
+        held.append((s.have_pods_with_affinity(), list(s.have_pods_with_affinity())))
+        held.append(
+            (
+                s.have_pods_with_required_anti_affinity(),
+                list(s.have_pods_with_required_anti_affinity()),
+            )
+        )
+        nodes = s.node_infos()
+        assert [n.name for n in s.have_pods_with_affinity()] == [
+            n.name for n in nodes if n.pods_with_affinity
+        ]
+        assert [n.name for n in s.have_pods_with_required_anti_affinity()] == [
+            n.name for n in nodes if n.pods_with_required_anti_affinity
+        ]
+    assert all(list(given) == then for given, then in held)

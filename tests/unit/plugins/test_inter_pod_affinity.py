@@ -367,7 +367,7 @@ def test_add_pod_satisfies_affinity_and_triggers_anti_affinity() -> None:
     assert pl.filter(nominated, p, node3) is None
     s = nominated.read(PRE_FILTER_KEY)
     assert s.anti_affinity_counts == {}
-    assert s.affinity_counts == {("region", "r1"): 1, ("region", "r2"): 1}
+    assert s.affinity_counts == {"region": {"r1": 1, "r2": 1}}
 
 
 def test_removing_the_only_match_restores_the_self_match_rule() -> None:

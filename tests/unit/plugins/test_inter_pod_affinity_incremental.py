@@ -13,6 +13,7 @@ from kscheduler.framework import Code, CycleState, NodeInfo, PodInfo
 from kscheduler.framework.parse import parse_pod
 from kscheduler.plugins.inter_pod_affinity import (
     PRE_FILTER_KEY,
+    PRE_SCORE_KEY,
     FilterState,
     InterPodAffinity,
     InterPodAffinityArgs,
@@ -25,6 +26,7 @@ HOST = "kubernetes.io/hostname"
 ZONE = "zone"
 RACK = "rack"
 REQ = "requiredDuringSchedulingIgnoredDuringExecution"
+PREF = "preferredDuringSchedulingIgnoredDuringExecution"
 NAMESPACES = ("default", "other", "third")
 
 
@@ -46,12 +48,18 @@ def with_affinity(
     raw: dict[str, Any],
     affinity: Sequence[dict[str, Any]] = (),
     anti: Sequence[dict[str, Any]] = (),
+    preferred: Sequence[dict[str, Any]] = (),
+    preferred_anti: Sequence[dict[str, Any]] = (),
 ) -> PodInfo:
     aff: dict[str, Any] = {}
-    if affinity:
-        aff["podAffinity"] = {REQ: list(affinity)}
-    if anti:
-        aff["podAntiAffinity"] = {REQ: list(anti)}
+    for kind, required, soft in (
+        ("podAffinity", affinity, preferred),
+        ("podAntiAffinity", anti, preferred_anti),
+    ):
+        if required:
+            aff.setdefault(kind, {})[REQ] = list(required)
+        if soft:
+            aff.setdefault(kind, {})[PREF] = list(soft)
     if aff:
         raw["spec"]["affinity"] = aff
     p = parse_pod(raw)
@@ -66,8 +74,15 @@ def incoming(
     *,
     ns: str = "default",
     app: str = "a",
+    preferred: Sequence[dict[str, Any]] = (),
+    preferred_anti: Sequence[dict[str, Any]] = (),
 ) -> PodInfo:
-    return with_affinity(pod(name, ns).labels(app=app).raw(), affinity, anti)
+    raw = pod(name, ns).labels(app=app).raw()
+    return with_affinity(raw, affinity, anti, preferred, preferred_anti)
+
+
+def weighted(weight: int, key: str, selector: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"weight": weight, "podAffinityTerm": term(key, selector, **extra)}
 
 
 APP_A = {"matchLabels": {"app": "a"}}
@@ -94,6 +109,19 @@ INCOMING = [
         app="b",
     ),
     incoming("all-namespaces", [term(RACK, APP_B, namespaceSelector={})], ns="third"),
+    incoming(
+        "preferred",
+        preferred=[weighted(5, ZONE, APP_A), weighted(2, RACK, A_OR_B, namespaceSelector=TEAM)],
+        preferred_anti=[weighted(3, HOST, APP_B), weighted(5, ZONE, APP_A)],
+    ),
+    incoming("preferred-anti", ns="other", app="b", preferred_anti=[weighted(7, RACK, APP_A)]),
+]
+
+#: Preferred terms existing pods may carry (affinity or anti-affinity).
+EXISTING_PREFERRED = [
+    weighted(4, ZONE, APP_A),
+    weighted(1, HOST, A_OR_B, namespaceSelector=TEAM),
+    weighted(4, ZONE, APP_A, namespaces=["other"]),
 ]
 
 #: Required anti-affinity terms existing pods may carry.
@@ -141,7 +169,9 @@ class Cluster:
         raw["spec"]["nodeName"] = node_name
         anti = rng.sample(EXISTING_TERMS, rng.choice([0, 0, 0, 1, 2]))
         affinity = [term(ZONE, APP_B)] if rng.random() < 0.1 else []
-        return with_affinity(raw, affinity, anti)
+        preferred = rng.sample(EXISTING_PREFERRED, rng.choice([0, 0, 1, 2]))
+        preferred_anti = rng.sample(EXISTING_PREFERRED, rng.choice([0, 0, 1]))
+        return with_affinity(raw, affinity, anti, preferred, preferred_anti)
 
     def step(self) -> None:
         rng, c = self.rng, self.cache
@@ -213,23 +243,35 @@ def pre_filter(
     )
 
 
+def pre_score(pl: InterPodAffinity, p: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[Any, Any]:
+    state = CycleState()
+    st = pl.pre_score(state, p, nodes)
+    s = state.get(PRE_SCORE_KEY)
+    return (None if st is None else st.code), (None if s is None else s.topology_score)
+
+
 def check(
     pl: InterPodAffinity, snapshot: Snapshot, p: PodInfo, tracked: bool, mp: pytest.MonkeyPatch
 ) -> None:
-    """PreFilter over the snapshot's node list equals the full scan over a copy of it."""
+    """PreFilter over the snapshot's node list equals the full scan over a copy of it,
+    and PreScore from kept counts equals PreScore from every pod."""
     nodes = snapshot.node_infos()
     want = pre_filter(pl, p, list(nodes))
-    if tracked:
+    with mp.context() as m:
+        m.setattr(pl, "_tracked_scores", lambda *args: None)
+        want_scores = pre_score(pl, p, nodes)
 
-        def scan(*args: Any) -> Any:
-            raise AssertionError("the full scan ran")
+    def scan(*args: Any) -> Any:
+        raise AssertionError("the full scan ran")
 
-        with mp.context() as m:
+    with mp.context() as m:
+        if tracked:
             m.setattr(pl, "_scanned_counts", scan)
-            got = pre_filter(pl, p, nodes)
-    else:
+            m.setattr(pl, "_scanned_scores", scan)
         got = pre_filter(pl, p, nodes)
+        got_scores = pre_score(pl, p, nodes)
     assert got == want, p.name
+    assert got_scores == want_scores, p.name
 
 
 @pytest.mark.parametrize(("seed", "limit"), [(1, 1_000_000), (2, 1_000_000), (3, 9), (4, 2)])
@@ -259,8 +301,34 @@ def test_namespace_labels_are_part_of_the_key() -> None:
     nodes = cluster.snapshot.node_infos()
     assert pre_filter(pl, p, nodes)[1][4] == {}
     cluster.objects.objects["namespaces"] = [namespace("other", team="t1")]
-    assert pre_filter(pl, p, nodes)[1][4] == {(ZONE, "z1"): 1}
+    assert pre_filter(pl, p, nodes)[1][4] == {ZONE: {"z1": 1}}
     assert len(pl._matching) == 2
+
+
+def test_add_pod_leaves_the_kept_totals_as_they_were() -> None:
+    cluster = Cluster(7)
+    for _ in range(60):
+        cluster.step()
+    cluster.snapshot.update()
+    pl = new_plugin(cluster)
+    nodes = cluster.snapshot.node_infos()
+    changed = 0
+    for p in INCOMING:
+        want = pre_filter(pl, p, list(nodes))
+        state = CycleState()
+        pl.pre_filter(state, p, nodes)
+        s = state.get(PRE_FILTER_KEY)
+        if not isinstance(s, FilterState):
+            continue  # nothing to count
+        labelled = [ni for ni in nodes if ni.node is not None and ni.labels]
+        for ni in labelled[:3]:
+            for other in list(ni.pods.values())[:2]:
+                pl.remove_pod(state, p, other, ni)
+            pl.add_pod(state, p, p, ni)
+        counts = (s.existing_anti_affinity_counts, s.affinity_counts, s.anti_affinity_counts)
+        changed += counts != want[1][3:6]
+        assert pre_filter(pl, p, nodes) == want, p.name
+    assert changed
 
 
 def test_a_lister_without_change_log_gets_the_full_scan() -> None:
