@@ -457,9 +457,23 @@ class SchedulerProcess:
 class PinnedReference(ReferenceScheduler):
     """kube-scheduler on a CPU set, with GOMAXPROCS equal to its size."""
 
-    def __init__(self, *args: Any, cpus: Sequence[int] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        cpus: Sequence[int] | None = None,
+        content_type: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.cpus = list(cpus or [])
+        #: clientConnection.contentType; None: kube-scheduler's default (protobuf)
+        self.content_type = content_type
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        if self.content_type is not None:
+            config["clientConnection"]["contentType"] = self.content_type
+        return config
 
     def _prepare(self) -> ManagedProcess:
         proc = super()._prepare()
@@ -479,6 +493,7 @@ class KubeSchedulerProcess(SchedulerProcess):
         burst: int,
         verbosity: int,
         cpus: Sequence[int] | None = None,
+        content_type: str | None = None,
     ) -> None:
         self.ref = PinnedReference(
             cp.scheduler_kubeconfig,
@@ -489,6 +504,7 @@ class KubeSchedulerProcess(SchedulerProcess):
             verbosity=verbosity,
             config_extra=PERF_CONFIG,
             cpus=cpus,
+            content_type=content_type,
         )
 
     @property
@@ -779,6 +795,8 @@ class Options:
     kscheduler_profiler: str | None
     kube_scheduler_verbosity: int
     kscheduler_args: list[str]
+    #: kube-scheduler's clientConnection.contentType (None: its default, protobuf)
+    kube_scheduler_content_type: str | None = None
     audit_log: Path | None = None
     compact_etcd: bool = True
 
@@ -941,7 +959,12 @@ class Bench:
         qps, burst = THROTTLES[throttle]
         if kind == KUBE_SCHEDULER:
             return KubeSchedulerProcess(
-                self.cp, qps, burst, self.opts.kube_scheduler_verbosity, cpus
+                self.cp,
+                qps,
+                burst,
+                self.opts.kube_scheduler_verbosity,
+                cpus,
+                self.opts.kube_scheduler_content_type,
             )
         if kind == CEILING:
             ns = wl.namespace(wl.measure.namespace)
@@ -1608,6 +1631,7 @@ async def run(args: argparse.Namespace) -> int:
         kscheduler_profiler=args.kscheduler_profiler,
         kube_scheduler_verbosity=args.kube_scheduler_v,
         kscheduler_args=list(args.kscheduler_arg or []),
+        kube_scheduler_content_type=args.kube_scheduler_content_type,
         audit_log=audit_dir / "audit.log" if args.audit else None,
         compact_etcd=args.compact_etcd,
     )
@@ -1659,6 +1683,7 @@ async def run(args: argparse.Namespace) -> int:
         "scheduler_config": {
             **PERF_CONFIG,
             "kube_scheduler_v": args.kube_scheduler_v,
+            "kube_scheduler_content_type": args.kube_scheduler_content_type or "default (protobuf)",
             "kscheduler_log_level": "default",
         },
         "scheduler_names": {k: scheduler_name(k) for k in [*schedulers, CEILING]},
@@ -1959,6 +1984,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--kube-scheduler-v", type=int, default=0, help="kube-scheduler --v (its default: 0)"
+    )
+    p.add_argument(
+        "--kube-scheduler-content-type",
+        metavar="TYPE",
+        help="kube-scheduler's clientConnection.contentType (default: its own, "
+        "application/vnd.kubernetes.protobuf; kscheduler speaks application/json)",
     )
     p.add_argument("--kscheduler-arg", action="append", metavar="ARG", help="extra kscheduler flag")
     args = p.parse_args(argv)
