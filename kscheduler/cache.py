@@ -44,6 +44,9 @@ REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernete
 #: readers read it every cycle they run in, a handful of changes each; one that
 #: sat out more than this many changes recomputes from the node list once.
 CHANGE_LOG_LIMIT = 16_384
+#: Nodes noted for the snapshot's affinity lists before it is told to rebuild them
+#: instead (a cache no snapshot reads, as a standby replica's, holds no more).
+AFFINITY_TOUCHED_LIMIT = 4_096
 
 
 def zone_key(labels: dict[str, str]) -> str:
@@ -183,9 +186,19 @@ class Cache:
     def _place(self, pod: PodInfo) -> None:
         self._node_for(pod.node_name).add_pod(pod)
         if pod.has_affinity():
-            self._affinity_touched.append(pod.node_name)
+            self._affinity_changed(pod.node_name)
         self.generation += 1
         self._changed(pod.node_name)
+
+    def _affinity_changed(self, node_name: str) -> None:
+        """A pod with affinity came to or left ``node_name``."""
+        if self._affinity_dirty:
+            return  # the snapshot rebuilds its lists anyway
+        touched = self._affinity_touched
+        touched.append(node_name)
+        if len(touched) > AFFINITY_TOUCHED_LIMIT:
+            self._affinity_dirty = True
+            touched.clear()
 
     def _unplace(self, pod: PodInfo) -> None:
         ni = self.nodes.get(pod.node_name)
@@ -193,7 +206,7 @@ class Cache:
             return
         ni.remove_pod(pod.uid)
         if pod.has_affinity():
-            self._affinity_touched.append(pod.node_name)
+            self._affinity_changed(pod.node_name)
         if ni.node is None and not ni.pods:
             del self.nodes[pod.node_name]
         self.generation += 1

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kscheduler import cache as cache_module
 from kscheduler.cache import Cache, Snapshot
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.types import NodeInfo, PodInfo
@@ -232,3 +233,22 @@ def test_snapshot_affinity_lists_updated_in_place_equal_a_rebuild(seed: int) -> 
             n.name for n in nodes if n.pods_with_required_anti_affinity
         ]
     assert all(list(given) == then for given, then in held)
+
+
+def test_affinity_changes_unread_by_a_snapshot_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache whose snapshot is not updated (a standby replica) notes at most the
+    limit of nodes for the affinity lists, then has them rebuilt on the next update."""
+    monkeypatch.setattr(cache_module, "AFFINITY_TOUCHED_LIMIT", 5)
+    c = Cache()
+    s = Snapshot(c)
+    for i in range(4):
+        c.add_node(node(f"n{i}").label(ZONE, "a").record())
+    s.update()
+    assert s.have_pods_with_affinity() == []
+    for i in range(20):
+        c.add_pod(_with_terms(f"p{i}", f"n{i % 4}", anti=i % 2 == 0, preferred=i % 2 == 1))
+        assert len(c._affinity_touched) <= 5
+    s.update()
+    assert [n.name for n in s.have_pods_with_affinity()] == ["n0", "n1", "n2", "n3"]
+    assert [n.name for n in s.have_pods_with_required_anti_affinity()] == ["n0", "n2"]
+    assert c._affinity_touched == []
