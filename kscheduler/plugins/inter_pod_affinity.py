@@ -1,6 +1,6 @@
 """InterPodAffinity: required and preferred pod (anti-)affinity, in both directions.
 
-PreFilter counts, per (topologyKey, value) pair:
+PreFilter counts, per topology domain (topologyKey -> value -> pods):
 
 * existing pods whose required anti-affinity terms match the incoming pod;
 * existing pods matching all of the incoming pod's required affinity terms;
@@ -13,10 +13,11 @@ matches its own terms (the first pod of a group with affinity to itself).
 PreFilter keeps these counts per node across cycles when it can (see
 _tracked_counts), counting again only the nodes changed since the last cycle.
 
-PreScore sums term weights per topology pair: the incoming pod's preferred terms
+PreScore sums term weights per topology domain: the incoming pod's preferred terms
 over existing pods, and existing pods' preferred terms (and required affinity
-terms, weighted by hardPodAffinityWeight) over the incoming pod. Score adds the
-pairs a node is in; NormalizeScore scales to (s - min) * 100 / (max - min).
+terms, weighted by hardPodAffinityWeight) over the incoming pod; it too works from
+counts kept across cycles when it can (see _tracked_scores). Score adds the
+domains a node is in; NormalizeScore scales to (s - min) * 100 / (max - min).
 """
 
 from __future__ import annotations
@@ -64,8 +65,6 @@ PRE_SCORE_KEY = "PreScore" + NAME
 
 MIN_HARD_POD_AFFINITY_WEIGHT = 0
 MAX_HARD_POD_AFFINITY_WEIGHT = 100
-
-TopologyPair = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +340,7 @@ class FilterState:
 
 
 class ScoreState:
-    """PreScore's per topology pair weights (read-only, shared by clones)."""
+    """PreScore's weights per topology domain (read-only, shared by clones)."""
 
     __slots__ = ("topology_score",)
 
