@@ -352,3 +352,35 @@ def test_a_lister_without_change_log_gets_the_full_scan() -> None:
     for p in INCOMING:
         assert pre_filter(pl, p, nodes) == pre_filter(reference, p, nodes)
     assert not pl._existing.per_node and not pl._existing.totals
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_filter_nodes_equals_filter(seed: int) -> None:
+    """The batch filter rejects exactly the nodes filter() rejects, with the same code
+    and reason, after random changes, and with a nominated pod added."""
+    cluster = Cluster(seed)
+    pl = new_plugin(cluster)
+    rejected = 0
+    for _ in range(60):
+        for _ in range(cluster.rng.randrange(4)):
+            cluster.step()
+        cluster.snapshot.update()
+        nodes = cluster.snapshot.node_infos()
+        for p in INCOMING:
+            state = CycleState()
+            pl.pre_filter(state, p, nodes)
+            states = [state]
+            if nodes and nodes[0].pods:
+                nominated = state.clone()
+                pl.add_pod(nominated, p, next(iter(nodes[0].pods.values())), nodes[0])
+                states.append(nominated)
+            for s in states:
+                got = {j: (st.code, st.reasons) for j, st in pl.filter_nodes(s, p, nodes).items()}
+                want = {}
+                for j, ni in enumerate(nodes):
+                    st = pl.filter(s, p, ni)
+                    if st is not None:
+                        want[j] = (st.code, st.reasons)
+                assert got == want, p.name
+                rejected += len(want)
+    assert rejected
