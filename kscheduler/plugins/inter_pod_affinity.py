@@ -700,8 +700,11 @@ class InterPodAffinity:
     ) -> Status | None:
         """Skip when no term of either side matched anything."""
         has_preferred = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
-        if self.args.ignore_preferred_terms_of_existing_pods and not has_preferred:
-            return Status.skip()
+        if not has_preferred and (
+            self.args.ignore_preferred_terms_of_existing_pods
+            or not self._handle.snapshot.have_pods_with_affinity()
+        ):
+            return Status.skip()  # nothing to score from either side
         namespaces = _Namespaces(self._handle)
         preferred = _resolve(pod.preferred_affinity, namespaces)
         preferred_anti = _resolve(pod.preferred_anti_affinity, namespaces)
