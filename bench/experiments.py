@@ -18,6 +18,14 @@ Patches (``ALL`` applies every one of them but the in-process ones):
                      every Filter and Score plugin on every node, each cycle. With
                      ``bench.cycle --patches no-node-memo --check``, the pods placed
                      differently with the memo and without it.
+* ``no-cycle``       (a measurement, never a proposal) PreFilter only, then each pod
+                     to the next node in turn: no Filter, PreScore or Score. What the
+                     daemon spends on everything but choosing the node (watches,
+                     queue, assume, Reserve to PostBind, the Binding, the event,
+                     the logs), for the same pods. The placements differ from
+                     kube-scheduler's.
+* ``quiet-results``  (a measurement) the per-attempt result log lines off, as with
+                     ``-q``: what writing them costs.
 
 Proposals that were measured here and then made in the source (a yield between
 cycles, batch ``score_nodes`` scoring, O(log n) event-log trimming, the GC
@@ -32,8 +40,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 PATCHES: dict[str, Callable[[], None]] = {}
 APPLIED: list[str] = []
@@ -50,10 +60,18 @@ def patch(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
 #: Patches that only hold in process (bench.cycle): left out of ALL.
 IN_PROCESS_ONLY: frozenset[str] = frozenset({"no-node-memo"})
 
+#: Patches that measure a part of the cost and change what the daemon does (its
+#: placements, its logs): left out of ALL too.
+MEASUREMENTS: frozenset[str] = frozenset({"no-cycle", "quiet-results"})
+
 
 def apply(names: Sequence[str]) -> None:
     if "ALL" in names:
-        names = [n for n in PATCHES if n not in APPLIED and n not in IN_PROCESS_ONLY]
+        names = [
+            n
+            for n in PATCHES
+            if n not in APPLIED and n not in IN_PROCESS_ONLY and n not in MEASUREMENTS
+        ]
     for name in names:
         if name not in PATCHES:
             raise SystemExit(f"unknown patch {name!r}; known: {', '.join(sorted(PATCHES))}")
@@ -90,6 +108,73 @@ def _no_node_memo() -> None:
     from kscheduler.framework.runtime import Framework
 
     Framework.node_memo = False
+
+
+# --------------------------------------------------------------------------- no-cycle
+
+
+@patch("no-cycle")
+def _no_cycle() -> None:
+    """PreFilter (Reserve and PreBind read its state), then the next node in turn."""
+    from kscheduler.algorithm import (
+        Algorithm,
+        Diagnosis,
+        FitError,
+        ScheduleError,
+        ScheduleResult,
+    )
+    from kscheduler.framework.cycle_state import CycleState
+    from kscheduler.framework.interface import SharedLister
+    from kscheduler.framework.runtime import Framework
+    from kscheduler.framework.status import Code
+    from kscheduler.framework.types import PodInfo
+
+    turn = itertools.count()
+    original = Algorithm.schedule_pod
+
+    def schedule_pod(
+        self: Algorithm,
+        fwk: Framework,
+        state: CycleState,
+        pod: PodInfo,
+        snapshot: SharedLister,
+        **kwargs: Any,
+    ) -> ScheduleResult:
+        nodes = snapshot.node_infos()
+        if not nodes or kwargs.get("record") is not None:
+            return original(self, fwk, state, pod, snapshot, **kwargs)
+        _, status, _ = fwk.run_pre_filter(state, pod, nodes)
+        if status is not None:
+            if status.code == Code.ERROR:
+                raise ScheduleError(status)
+            diagnosis = Diagnosis(pre_filter_msg=status.message)
+            diagnosis.node_to_status.absent = status
+            raise FitError(pod, len(nodes), diagnosis)
+        return ScheduleResult(nodes[next(turn) % len(nodes)].name, 1, 1)
+
+    Algorithm.schedule_pod = schedule_pod  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- quiet-results
+
+
+@patch("quiet-results")
+def _quiet_results() -> None:
+    import kscheduler.scheduler as scheduler
+
+    class Quiet:
+        """The scheduler module's logger with info() dropped (warnings stay)."""
+
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def info(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+    scheduler.log = Quiet(scheduler.log)
 
 
 # --------------------------------------------------------------------------- main
