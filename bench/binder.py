@@ -7,9 +7,12 @@ It does the API work a scheduler must do for each pod and nothing else: a
 watch on the pending pods of ``NAME`` in ``NS``, then for each pod a Binding
 to the next node round robin and the same events.k8s.io/v1 ``Scheduled``
 Event kube-scheduler writes, with ``--concurrency`` pods in flight. No
-filtering or scoring, no client-side rate limit. The pods/s it reaches is the
-most this control plane takes on a workload; bench.run reports every scheduler
-as a fraction of it.
+filtering or scoring, no client-side rate limit.
+
+bench.run's ceiling is hack/controlplane/cmd/bench-binder, the same work through
+client-go over protobuf; this one (``--ceiling-binder python``) speaks JSON, which
+costs the apiserver more per pod, so on a control plane short of CPU its rate is
+below kube-scheduler's.
 """
 
 from __future__ import annotations

@@ -12,9 +12,12 @@ the whole run. For each workload the nodes are created once; then for each CPU
 mode, each client setting (unthrottled: qps/burst 5000/5000 as scheduler_perf;
 default: upstream's 50/100) and each pair, the schedulers run one at a time in
 ABBA order (A B, then B A, ...). In the unthrottled setting the trivial binder
-(bench.binder: binds round robin and writes the same Scheduled event) runs too:
-its rate is the most this control plane takes, and every scheduler is reported
-as a fraction of it.
+(hack/controlplane/cmd/bench-binder: binds round robin and writes the same
+Scheduled event, through client-go over protobuf as kube-scheduler's client)
+runs too: its rate is the most this control plane takes, and every scheduler is
+reported as a fraction of it. ``--ceiling-binder python`` runs bench.binder
+instead (the same work from Python over JSON: its requests cost the apiserver
+more, so its rate is below kube-scheduler's and is no ceiling).
 
 CPU modes: ``shared`` pins nothing. ``pinned`` (``--scheduler-cpus``) runs the
 scheduler under test on its own CPUs (taskset; GOMAXPROCS set to their number
@@ -122,7 +125,7 @@ from bench.workloads import (
     Workload,
     workloads,
 )
-from kscheduler.controlplane.binaries import K8S_VERSION, find_kube_scheduler
+from kscheduler.controlplane.binaries import K8S_VERSION, BinariesNotFoundError, find_kube_scheduler
 from kscheduler.controlplane.builders import (
     create_namespace,
     create_nodes,
@@ -137,8 +140,15 @@ from kscheduler.controlplane.rest import ApiError, RestClient
 
 KUBE_SCHEDULER = "kube-scheduler"
 KSCHEDULER = "kscheduler"
-#: the trivial binder (bench.binder): the control plane's ceiling
+#: the trivial binder (bench-binder, or bench.binder): the control plane's ceiling
 CEILING = "ceiling"
+#: --ceiling-binder: hack/controlplane/cmd/bench-binder (client-go, protobuf) or
+#: bench.binder (Python, aiohttp, JSON)
+CEILING_BINDERS = ("go", "python")
+CEILING_BINDER_NOTES = {
+    "go": "bench-binder (hack/controlplane/cmd/bench-binder: client-go, protobuf)",
+    "python": "bench.binder (Python, aiohttp, JSON)",
+}
 #: kscheduler with the bench.experiments patches of --kscheduler-patches applied
 #: kscheduler with bench.experiments patches: "kscheduler+<patch>,<patch>"
 PATCHED_PREFIX = "kscheduler+"
@@ -629,25 +639,55 @@ class KschedulerProcess(SchedulerProcess):
         return self.proc.log_tail()
 
 
+def find_bench_binder() -> Path:
+    """hack/controlplane/cmd/bench-binder as ``make control-plane`` builds it: next to
+    the pinned kube-scheduler, else on PATH."""
+    try:
+        beside: Path | None = find_kube_scheduler().parent / "bench-binder"
+    except BinariesNotFoundError:
+        beside = None
+    if beside is not None and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("bench-binder")
+    if found:
+        return Path(found)
+    raise BinariesNotFoundError(
+        "bench-binder was not found next to kube-scheduler nor on PATH: `make control-plane` "
+        "builds it (hack/controlplane/cmd/bench-binder); --ceiling-binder python uses "
+        "bench.binder instead"
+    )
+
+
 class BinderProcess(SchedulerProcess):
-    """bench.binder: binds round robin and writes the Scheduled event, nothing else."""
+    """The trivial binder: binds round robin and writes the Scheduled event, nothing
+    else. ``binder``: "go" runs bench-binder (client-go over protobuf, as
+    kube-scheduler's client), "python" bench.binder (aiohttp, JSON)."""
 
     kind = CEILING
 
     def __init__(
-        self, cp: ControlPlane, namespace: str, *, workdir: Path, cpus: Sequence[int] | None
+        self,
+        cp: ControlPlane,
+        namespace: str,
+        *,
+        workdir: Path,
+        cpus: Sequence[int] | None,
+        binder: str = "go",
     ) -> None:
+        if binder not in CEILING_BINDERS:
+            raise ValueError(f"binder: {binder!r} is not one of {', '.join(CEILING_BINDERS)}")
         workdir.mkdir(parents=True, exist_ok=True)
         token = workdir / "token"
         token.write_text(cp.scheduler_token)
         token.chmod(0o600)
         self.ready_file = workdir / "ready"
         self.ready_file.unlink(missing_ok=True)
+        program = (
+            [str(find_bench_binder())] if binder == "go" else [sys.executable, "-m", "bench.binder"]
+        )
         argv = [
             *taskset(cpus),
-            sys.executable,
-            "-m",
-            "bench.binder",
+            *program,
             "--server",
             cp.url,
             "--token-file",
@@ -664,7 +704,10 @@ class BinderProcess(SchedulerProcess):
         env = dict(os.environ)
         repo = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
-        self.proc = ManagedProcess("bench.binder", argv, workdir / "binder.log", env=env)
+        if cpus:
+            env["GOMAXPROCS"] = str(len(cpus))
+        self.name = "bench-binder" if binder == "go" else "bench.binder"
+        self.proc = ManagedProcess(self.name, argv, workdir / "binder.log", env=env)
 
     @property
     def pid(self) -> int | None:
@@ -675,9 +718,9 @@ class BinderProcess(SchedulerProcess):
         deadline = time.monotonic() + 120.0
         while not self.ready_file.exists():
             if not self.proc.alive():
-                raise RuntimeError(f"bench.binder exited:\n{self.proc.log_tail()}")
+                raise RuntimeError(f"{self.name} exited:\n{self.proc.log_tail()}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"bench.binder not ready after 120s:\n{self.proc.log_tail()}")
+                raise RuntimeError(f"{self.name} not ready after 120s:\n{self.proc.log_tail()}")
             await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
@@ -797,6 +840,8 @@ class Options:
     kscheduler_args: list[str]
     #: kube-scheduler's clientConnection.contentType (None: its default, protobuf)
     kube_scheduler_content_type: str | None = None
+    #: the trivial binder of the ceiling runs (CEILING_BINDERS)
+    ceiling_binder: str = "go"
     audit_log: Path | None = None
     compact_etcd: bool = True
 
@@ -968,7 +1013,13 @@ class Bench:
             )
         if kind == CEILING:
             ns = wl.namespace(wl.measure.namespace)
-            return BinderProcess(self.cp, ns, workdir=self.cp.workdir / "binder", cpus=cpus)
+            return BinderProcess(
+                self.cp,
+                ns,
+                workdir=self.cp.workdir / "binder",
+                cpus=cpus,
+                binder=self.opts.ceiling_binder,
+            )
         profile_out = None
         in_process = self.opts.kscheduler_profiler in ("pyinstrument", "cprofile")
         if in_process:
@@ -1632,6 +1683,7 @@ async def run(args: argparse.Namespace) -> int:
         kube_scheduler_verbosity=args.kube_scheduler_v,
         kscheduler_args=list(args.kscheduler_arg or []),
         kube_scheduler_content_type=args.kube_scheduler_content_type,
+        ceiling_binder=args.ceiling_binder,
         audit_log=audit_dir / "audit.log" if args.audit else None,
         compact_etcd=args.compact_etcd,
     )
@@ -1677,6 +1729,7 @@ async def run(args: argparse.Namespace) -> int:
         "main_pairs": args.main_pairs,
         "main_pairs_apply_to": MAIN_PAIRS_NOTE,
         "ceiling": args.ceiling,
+        "ceiling_binder": CEILING_BINDER_NOTES[args.ceiling_binder],
         "audit": args.audit,
         "etcd_compacted_between_runs": args.compact_etcd,
         "max_foreign_cpu_share": args.max_foreign,
@@ -1990,6 +2043,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TYPE",
         help="kube-scheduler's clientConnection.contentType (default: its own, "
         "application/vnd.kubernetes.protobuf; kscheduler speaks application/json)",
+    )
+    p.add_argument(
+        "--ceiling-binder",
+        choices=CEILING_BINDERS,
+        default="go",
+        help="the trivial binder of the ceiling runs: go (bench-binder, client-go over "
+        "protobuf, built by make control-plane; the default) or python (bench.binder, JSON)",
     )
     p.add_argument("--kscheduler-arg", action="append", metavar="ARG", help="extra kscheduler flag")
     args = p.parse_args(argv)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the pinned kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd
-# and kwok from their Go modules into a cache directory outside the clone, keyed
-# by version. Reused when present.
+# and kwok from their Go modules, and the benchmark's trivial binder
+# (hack/controlplane/cmd/bench-binder, on the same client-go), into a cache
+# directory outside the clone, keyed by version. Reused when present.
 # Binaries on PATH or in KUBEBUILDER_ASSETS are used by the harness before these.
 set -euo pipefail
 
@@ -13,7 +14,7 @@ kwok_version="v0.8.0"
 cache_root="${KSCHEDULER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kscheduler}"
 out="$cache_root/controlplane/k8s-${k8s_version}_etcd-${etcd_version}_kwok-${kwok_version}"
 
-binaries=(kube-apiserver kube-scheduler kube-controller-manager kubectl etcd kwok)
+binaries=(kube-apiserver kube-scheduler kube-controller-manager kubectl etcd kwok bench-binder)
 cached=1
 for b in "${binaries[@]}"; do [[ -x "$out/$b" ]] || cached=0; done
 if [[ $cached == 1 && -d "$out/kwok-stages" ]]; then
@@ -40,6 +41,8 @@ go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-controller-manager" k8s.io/
 # kubectl, for dev-cluster users (the tests do not need it)
 go build -trimpath -ldflags "$ldflags" -o "$tmp/kubectl" k8s.io/kubernetes/cmd/kubectl
 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+# bench.run's ceiling: binds and events only, over protobuf as kube-scheduler's client
+go build -trimpath -ldflags "-s -w" -o "$tmp/bench-binder" ./cmd/bench-binder
 echo "control plane: kube components built in $((SECONDS - start))s"
 # kwok is built from its own module, outside ours (it has its own pinned client-go).
 (cd "$tmp" && GOFLAGS= GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${kwok_version}")

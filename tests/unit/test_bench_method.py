@@ -347,3 +347,37 @@ def test_each_run_names_its_own_pods() -> None:
     second = [p["metadata"]["name"] for p in wl.measured_pods("s", prefix="r2")]
     assert len(first) == wl.measure.count and not set(first) & set(second)
     assert wl.measured_pods("s")[0]["metadata"]["name"] == "pod-0"
+
+
+def test_the_ceiling_runs_bench_binder_unless_told_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    from types import SimpleNamespace
+    from typing import cast
+
+    import bench.run as run
+    from kscheduler.controlplane.binaries import BinariesNotFoundError
+    from kscheduler.controlplane.harness import ControlPlane
+
+    cp = cast(
+        ControlPlane,
+        SimpleNamespace(url="https://127.0.0.1:6443", scheduler_token="t", ca_file="/ca.crt"),
+    )
+    fake = tmp_path / "bench-binder"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(run, "find_kube_scheduler", lambda: tmp_path / "kube-scheduler")
+    go = run.BinderProcess(cp, "ns", workdir=tmp_path / "go", cpus=[1])
+    assert go.proc.argv[:4] == ["taskset", "-c", "1", str(fake)]
+    assert go.proc.env is not None and go.proc.env["GOMAXPROCS"] == "1"
+    assert "--scheduler-name" in go.proc.argv and "bench-binder" in go.proc.argv
+    python = run.BinderProcess(cp, "ns", workdir=tmp_path / "py", cpus=None, binder="python")
+    assert python.proc.argv[:3] == [sys.executable, "-m", "bench.binder"]
+    with pytest.raises(ValueError, match="binder"):
+        run.BinderProcess(cp, "ns", workdir=tmp_path / "x", cpus=None, binder="rust")
+    # not built: the error says how to build it
+    fake.unlink()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BinariesNotFoundError, match="make control-plane"):
+        run.find_bench_binder()
