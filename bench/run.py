@@ -1578,7 +1578,14 @@ def checkout_revision() -> str:
 
 
 #: what a resumed run must share with the one it goes on with
-RESUME_SAME = ("size", "revision", "kubernetes", "scheduler_cpus", "scheduler_config")
+RESUME_SAME = (
+    "size",
+    "revision",
+    "kubernetes",
+    "scheduler_cpus",
+    "scheduler_config",
+    "ceiling_binder",
+)
 
 
 def resume(path: Path, fresh: dict[str, Any]) -> tuple[dict[str, Any], list[RunResult]]:

@@ -274,6 +274,8 @@ def test_resume_keeps_the_runs_and_refuses_another_measurement(tmp_path: Path) -
     assert "finished" not in meta and len(meta["resumed"]) == 1
     with pytest.raises(ValueError, match="revision"):
         resume(path, dict(fresh, revision="def"))
+    with pytest.raises(ValueError, match="ceiling_binder"):
+        resume(path, dict(fresh, ceiling_binder="bench.binder (Python, aiohttp, JSON)"))
     with pytest.raises(ValueError, match="uncommitted"):
         path.write_text(json.dumps({"meta": dict(fresh, revision="abc+dirty"), "runs": []}))
         resume(path, dict(fresh, revision="abc+dirty"))
