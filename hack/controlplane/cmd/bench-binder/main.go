@@ -41,18 +41,15 @@ const protobuf = "application/vnd.kubernetes.protobuf"
 const attempts = 30
 
 type binder struct {
-	client     kubernetes.Interface
-	scheduler  string
-	instance   string
-	nodes      []string
-	next       int
-	nextMu     sync.Mutex
-	queue      chan *corev1.Pod
-	seenMu     sync.Mutex
-	seen       map[types.UID]bool
-	failed     int
-	failedMu   sync.Mutex
-	namespaces string
+	client    kubernetes.Interface
+	scheduler string
+	instance  string
+	nodes     []string
+	next      int
+	nextMu    sync.Mutex
+	queue     chan *corev1.Pod
+	seenMu    sync.Mutex
+	seen      map[types.UID]bool
 }
 
 // offer queues a pending pod once; a pod whose bind failed is offered again by
@@ -107,9 +104,6 @@ func (b *binder) retrying(what string, post func() error) bool {
 		}
 		time.Sleep(delay)
 	}
-	b.failedMu.Lock()
-	b.failed++
-	b.failedMu.Unlock()
 	return false
 }
 
