@@ -116,17 +116,10 @@ def _no_node_memo() -> None:
 @patch("no-cycle")
 def _no_cycle() -> None:
     """PreFilter (Reserve and PreBind read its state), then the next node in turn."""
-    from kscheduler.algorithm import (
-        Algorithm,
-        Diagnosis,
-        FitError,
-        ScheduleError,
-        ScheduleResult,
-    )
+    from kscheduler.algorithm import Algorithm, ScheduleResult
     from kscheduler.framework.cycle_state import CycleState
     from kscheduler.framework.interface import SharedLister
     from kscheduler.framework.runtime import Framework
-    from kscheduler.framework.status import Code
     from kscheduler.framework.types import PodInfo
 
     turn = itertools.count()
@@ -145,11 +138,8 @@ def _no_cycle() -> None:
             return original(self, fwk, state, pod, snapshot, **kwargs)
         _, status, _ = fwk.run_pre_filter(state, pod, nodes)
         if status is not None:
-            if status.code == Code.ERROR:
-                raise ScheduleError(status)
-            diagnosis = Diagnosis(pre_filter_msg=status.message)
-            diagnosis.node_to_status.absent = status
-            raise FitError(pod, len(nodes), diagnosis)
+            # the real cycle reports a PreFilter rejection or error (PreFilter again)
+            return original(self, fwk, state, pod, snapshot, **kwargs)
         return ScheduleResult(nodes[next(turn) % len(nodes)].name, 1, 1)
 
     Algorithm.schedule_pod = schedule_pod  # type: ignore[method-assign]
