@@ -184,9 +184,26 @@ class FilterRecord:
 
 _name = attrgetter("name")
 _reasons = attrgetter("reasons")
+_code = attrgetter("code")
+_plugin = attrgetter("plugin")
 
 #: The fewest nodes filtered together (see Algorithm.find_nodes_that_fit).
 MIN_FILTER_CHUNK = 32
+
+
+def _reject_all(chunk: Sequence[NodeInfo], rejected: dict[int, Status], diag: Diagnosis) -> None:
+    """Record the verdicts of a chunk where every node was rejected, as the
+    node-by-node loop would (the first error raised), in C-level passes."""
+    verdicts = list(map(rejected.__getitem__, range(len(chunk))))
+    codes = set(map(_code, verdicts))
+    if Code.ERROR in codes:
+        raise ScheduleError(next(st for st in verdicts if st.code == Code.ERROR))
+    diag.node_to_status.statuses.update(zip(map(_name, chunk), verdicts, strict=True))
+    diag.unschedulable_plugins.update(set(map(_plugin, verdicts)) - {""})
+    if Code.PENDING in codes:
+        diag.pending_plugins.update(
+            st.plugin for st in verdicts if st.code == Code.PENDING and st.plugin
+        )
 
 
 def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
@@ -435,11 +452,16 @@ class Algorithm:
             else:
                 first = (start + visited) % n if consecutive else None
                 rejected = fwk.run_filters_memo(memo, filters, state, pod, chunk, first)
-            if not rejected and not nominated_nodes and record is None:
-                take = chunk[: to_find - len(feasible)]  # every node of the chunk fits
-                feasible.extend(take)
-                visited += len(take)
-                continue
+            if not nominated_nodes and record is None:
+                if not rejected:
+                    take = chunk[: to_find - len(feasible)]  # every node of the chunk fits
+                    feasible.extend(take)
+                    visited += len(take)
+                    continue
+                if len(rejected) == len(chunk):  # no node of the chunk fits
+                    visited += len(chunk)
+                    _reject_all(chunk, rejected, diagnosis)
+                    continue
             for i, ni in enumerate(chunk):
                 visited += 1
                 if nominated_nodes and ni.name in nominated_nodes:

@@ -120,6 +120,88 @@ def _queued_by(
     return False
 
 
+#: Index key of the pods any event may wake (no rejecting plugin named, or an error).
+_ANY_EVENT = "<any>"
+
+
+def _wake_keys(qp: QueuedPodInfo) -> tuple[str, ...]:
+    """The plugins whose events may wake a pod waiting in the pool: its gating
+    plugin, else those that rejected it (or :data:`_ANY_EVENT`)."""
+    if qp.gated:
+        return (qp.gated,)
+    names = qp.unschedulable_plugins | qp.pending_plugins
+    if not names or _ERROR_MARK in names:
+        return (_ANY_EVENT,)
+    return tuple(names)
+
+
+class _UnschedulablePool:
+    """The unschedulable pool, indexed by the plugins whose events may wake each pod.
+
+    A cluster event looks only at the pods a plugin it concerns rejected or
+    gated (and at those any event wakes), not at the whole pool: a crowd of
+    pods that fit no node costs nothing to the events of other plugins."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, QueuedPodInfo] = {}
+        #: when each pod entered the pool
+        self.since: dict[str, float] = {}
+        self.gated = 0
+        self._keys: dict[str, tuple[str, ...]] = {}
+        self._number: dict[str, int] = {}  # entry order, to merge index buckets
+        self._by_key: dict[str, dict[str, QueuedPodInfo]] = {}
+        self._counter = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.pods)
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self.pods
+
+    def get(self, uid: str) -> QueuedPodInfo | None:
+        return self.pods.get(uid)
+
+    def add(self, qp: QueuedPodInfo, now: float) -> None:
+        uid = qp.pod.uid
+        self.remove(uid)
+        keys = _wake_keys(qp)
+        self.pods[uid] = qp
+        self.since[uid] = now
+        self._keys[uid] = keys
+        self._number[uid] = next(self._counter)
+        for key in keys:
+            self._by_key.setdefault(key, {})[uid] = qp
+        if qp.gated:
+            self.gated += 1
+
+    def remove(self, uid: str) -> QueuedPodInfo | None:
+        qp = self.pods.pop(uid, None)
+        if qp is None:
+            return None
+        del self.since[uid], self._number[uid]
+        for key in self._keys.pop(uid):
+            bucket = self._by_key[key]
+            del bucket[uid]
+            if not bucket:
+                del self._by_key[key]
+        if qp.gated:
+            self.gated -= 1
+        return qp
+
+    def woken_by(self, plugins: Iterable[str]) -> list[QueuedPodInfo]:
+        """The pods an event concerning ``plugins`` may wake, in the order they came."""
+        buckets = [b for b in map(self._by_key.get, (*plugins, _ANY_EVENT)) if b]
+        if not buckets:
+            return []
+        if len(buckets) == 1:
+            return list(buckets[0].values())
+        merged: dict[str, QueuedPodInfo] = {}
+        for bucket in buckets:
+            merged.update(bucket)
+        number = self._number
+        return sorted(merged.values(), key=lambda qp: number[qp.pod.uid])
+
+
 class SchedulingQueue:
     def __init__(
         self,
@@ -159,9 +241,7 @@ class SchedulingQueue:
         #: (expiry, (), seq, pod): pods whose attempt ended in an error
         self._error_backoff: list[tuple[float, Any, int, QueuedPodInfo]] = []
         self._backoff_uids: dict[str, QueuedPodInfo] = {}
-        self._unschedulable: dict[str, QueuedPodInfo] = {}
-        #: when each unschedulable pod entered the pool
-        self._unsched_since: dict[str, float] = {}
+        self._unschedulable = _UnschedulablePool()
         self._in_flight: dict[str, _InFlight] = {}
         self._event_log: list[tuple[int, ClusterEvent, Any, Any]] = []
         self._event_seq = 0
@@ -173,7 +253,7 @@ class SchedulingQueue:
 
     # ---- sizes ---------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
-        gated = sum(1 for q in self._unschedulable.values() if q.gated)
+        gated = self._unschedulable.gated
         return {
             ACTIVE: len(self._active_uids),
             BACKOFF: len(self._backoff_uids),
@@ -202,7 +282,7 @@ class SchedulingQueue:
     def pending(self) -> list[tuple[str, QueuedPodInfo]]:
         out: list[tuple[str, QueuedPodInfo]] = [(ACTIVE, q) for q in self._active_uids.values()]
         out += [(BACKOFF, q) for q in self._backoff_uids.values()]
-        out += [(GATED if q.gated else UNSCHEDULABLE, q) for q in self._unschedulable.values()]
+        out += [(GATED if q.gated else UNSCHEDULABLE, q) for q in self._unschedulable.pods.values()]
         out += [("in-flight", f.qp) for f in self._in_flight.values()]
         return out
 
@@ -234,8 +314,7 @@ class SchedulingQueue:
         self.observer.incoming(BACKOFF, event)
 
     def _to_unschedulable(self, qp: QueuedPodInfo, event: str) -> None:
-        self._unschedulable[qp.pod.uid] = qp
-        self._unsched_since[qp.pod.uid] = self._clock()
+        self._unschedulable.add(qp, self._clock())
         self.observer.incoming(GATED if qp.gated else UNSCHEDULABLE, event)
 
     def _gate_or_activate(self, qp: QueuedPodInfo, event: str) -> None:
@@ -296,8 +375,7 @@ class SchedulingQueue:
             if not pod_spec_changed(old, pod):
                 return  # a status-only write (e.g. our own PodScheduled condition)
             # the pod itself changed: any rejection may no longer hold
-            del self._unschedulable[uid]
-            self._unsched_since.pop(uid, None)
+            self._unschedulable.remove(uid)
             qp.unschedulable_plugins.clear()
             if qp.gated or not self._is_backing_off(qp):
                 self._gate_or_activate(qp, EVENT_POD_UPDATE.label)
@@ -309,8 +387,7 @@ class SchedulingQueue:
     def delete(self, uid: str) -> None:
         self._active_uids.pop(uid, None)  # heap entry skipped lazily
         self._backoff_uids.pop(uid, None)
-        self._unschedulable.pop(uid, None)
-        self._unsched_since.pop(uid, None)
+        self._unschedulable.remove(uid)
         self._in_flight.pop(uid, None)
         self._delete_nominated(uid)
 
@@ -321,9 +398,8 @@ class SchedulingQueue:
             if fl is not None:
                 fl.activated = True
                 continue
-            qp = self._unschedulable.pop(uid, None) or self._backoff_uids.pop(uid, None)
+            qp = self._unschedulable.remove(uid) or self._backoff_uids.pop(uid, None)
             if qp is not None:
-                self._unsched_since.pop(uid, None)
                 self._gate_or_activate(qp, EVENT_FORCE_ACTIVATE.label)
 
     def release_gated(self, uids: Iterable[str]) -> None:
@@ -332,8 +408,7 @@ class SchedulingQueue:
         for uid in uids:
             qp = self._unschedulable.get(uid)
             if qp is not None and qp.gated:
-                del self._unschedulable[uid]
-                self._unsched_since.pop(uid, None)
+                self._unschedulable.remove(uid)
                 self._gate_or_activate(qp, EVENT_FORCE_ACTIVATE.label)
 
     # ---- popping ---------------------------------------------------------------------------
@@ -460,14 +535,14 @@ class SchedulingQueue:
 
     def flush_unschedulable_left_over(self) -> int:
         now = self._clock()
+        pool = self._unschedulable
         stale = [
-            uid
-            for uid, since in self._unsched_since.items()
-            if now - since > self.unschedulable_timeout and not self._unschedulable[uid].gated
+            pool.pods[uid]
+            for uid, since in pool.since.items()
+            if now - since > self.unschedulable_timeout and not pool.pods[uid].gated
         ]
-        for uid in stale:
-            qp = self._unschedulable.pop(uid)
-            self._unsched_since.pop(uid, None)
+        for qp in stale:
+            pool.remove(qp.pod.uid)
             self._requeue(qp, EVENT_UNSCHEDULABLE_TIMEOUT.label)
         return len(stale)
 
@@ -551,20 +626,25 @@ class SchedulingQueue:
             return 0
         moved = []
         covering = self._covering_registrations(event)
-        for uid, qp in self._unschedulable.items():
+        pool = self._unschedulable
+        if event.resource is R.WILDCARD:
+            waiting: Iterable[QueuedPodInfo] = pool.pods.values()
+        else:
+            # pods whose rejecting or gating plugins none of ``covering`` names stay
+            waiting = pool.woken_by(covering)
+        for qp in waiting:
             if qp.gated:
                 # as upstream: only events the gating plugin registered for, and its hint
                 gating = covering.get(qp.gated)
                 if gating and _queued_by(gating, qp.pod, old, new):
-                    moved.append(uid)
+                    moved.append(qp)
                 continue
             if precheck is not None and not precheck(qp.pod):
                 continue
             if self._worth_requeue(qp, event, old, new, covering):
-                moved.append(uid)
-        for uid in moved:
-            qp = self._unschedulable.pop(uid)
-            self._unsched_since.pop(uid, None)
+                moved.append(qp)
+        for qp in moved:
+            pool.remove(qp.pod.uid)
             self._requeue(qp, event.label or str(event))
         return len(moved)
 

@@ -111,11 +111,11 @@ def result_detail(result: ScheduleResult) -> dict[str, Any]:
 def fit_detail(fe: FitError) -> dict[str, Any]:
     """Why no node fits: node counts per (plugin, code, reasons), largest first."""
     d = fe.diagnosis
-    groups: dict[tuple[str, str, tuple[str, ...]], int] = {}
     statuses = d.node_to_status.statuses
-    for st in statuses.values():
+    groups: dict[tuple[str, str, tuple[str, ...]], int] = {}
+    for st, n in d.node_to_status.grouped():
         k = (st.plugin, st.code.label, tuple(st.reasons))
-        groups[k] = groups.get(k, 0) + 1
+        groups[k] = groups.get(k, 0) + n
     absent = d.node_to_status.absent
     rest = fe.num_all_nodes - len(statuses)
     if absent is not None and rest > 0:

@@ -9,6 +9,7 @@ client: what they need of the cluster comes through :class:`Handle`.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import (
     Awaitable,
     Callable,
@@ -158,6 +159,17 @@ class NodeToStatus:
 
     def get(self, name: str) -> Status | None:
         return self.statuses.get(name, self.absent)
+
+    def grouped(self) -> list[tuple[Status, int]]:
+        """Each distinct Status object of ``statuses`` with the number of nodes given
+        it, in first-seen order: kept verdicts share one object per distinct verdict,
+        so a diagnosis of thousands of nodes sums up in C-level passes."""
+        verdicts = self.statuses.values()
+        counts = Counter(map(id, verdicts))
+        if len(counts) == len(self.statuses):
+            return [(st, 1) for st in verdicts]
+        by_id = dict(zip(map(id, verdicts), verdicts, strict=True))
+        return [(by_id[i], n) for i, n in counts.items()]
 
 
 class Plugin(Protocol):

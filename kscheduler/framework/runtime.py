@@ -77,6 +77,9 @@ ScorePlanEntry = tuple[ScorePlugin, BatchScoreFn | None, bool, IntNormalizeFn | 
 _name = attrgetter("name")
 #: A verdict not kept (never a real verdict: compared by identity).
 _UNKNOWN: Final = Status(Code.ERROR, ["no verdict kept"])
+#: Distinct kept verdicts shared before the table starts again (reasons naming
+#: objects could otherwise grow it without bound).
+_MAX_KEPT_VERDICTS: Final = 4096
 
 
 class _NotGiven(enum.Enum):
@@ -355,6 +358,8 @@ class Framework:
             p.name: getattr(p, "score_key", None) for p in self.score_plugins
         }
         self._filter_memos: NodeMemos[Status | None] = NodeMemos(missing=_UNKNOWN)
+        #: (plugin, code, reasons) -> the one Status kept for that verdict
+        self._kept_verdicts: dict[tuple[str, Code, tuple[str, ...]], Status] = {}
         #: per node: the nominated pods added and the verdict with them added
         self._nominated_memos: NodeMemos[NominatedVerdict] = NodeMemos()
         self._score_memos: NodeMemos[int] = NodeMemos()
@@ -559,25 +564,34 @@ class Framework:
         verdicts kept (errors excepted). ``first``: the place of ``nodes[0]`` in the
         snapshot's node list when ``nodes`` are consecutive there (in rotation)."""
         verdicts = memo.kept(nodes, first)
-        if verdicts.count(None) == len(verdicts):
-            return {}  # every node passed before and has not changed since
         positions = range(len(verdicts))
-        rejected: dict[int, Status] = {}
-        for i in compress(positions, map(is_not, verdicts, repeat(None))):
-            v = verdicts[i]
-            if v is not _UNKNOWN and v is not None:
-                rejected[i] = cast(Status, v)
+        # (identity tests only: comparing a Status with == runs Python code per node)
+        not_passed = list(compress(positions, map(is_not, verdicts, repeat(None))))
+        if not not_passed:
+            return {}  # every node passed before and has not changed since
+        rejected = cast(
+            dict[int, Status],
+            dict(zip(not_passed, map(verdicts.__getitem__, not_passed), strict=True)),
+        )
         todo = list(compress(positions, map(is_, verdicts, repeat(_UNKNOWN))))
+        for i in todo:
+            del rejected[i]
         if todo:
             found = self.run_filters_on(filters, state, pod, [nodes[i] for i in todo])
+            shared = self._kept_verdicts
+            if len(shared) > _MAX_KEPT_VERDICTS:
+                shared.clear()
             for j, i in enumerate(todo):
                 st = found.get(j)
                 if st is None:
                     memo.keep(nodes, first, i, None)
-                else:
+                elif st.code == Code.ERROR:
                     rejected[i] = st
-                    if st.code != Code.ERROR:
-                        memo.keep(nodes, first, i, st)
+                else:
+                    # one object per distinct verdict: a diagnosis groups them by identity
+                    st = shared.setdefault((st.plugin, st.code, tuple(st.reasons)), st)
+                    rejected[i] = st
+                    memo.keep(nodes, first, i, st)
         return rejected
 
     def iterate_waiting_pods(self) -> list[WaitingPod]:

@@ -343,3 +343,78 @@ def test_kept_values_are_a_slice_of_the_column_and_agree_with_the_dict() -> None
     values = memo.kept(every, 0)
     assert values == [memo.values.get(ni.name, "none") for ni in every]
     assert values.count("none") == len(every) - 3  # n0, n1 and n4 still hold values
+
+
+def test_kept_rejections_share_one_status_per_verdict() -> None:
+    """A pod that fits no node, twice: each diagnosis holds one Status object per
+    distinct verdict (the memo keeps one), and the second, read from the memo,
+    sums up as the first."""
+    from kscheduler.scheduler import fit_detail
+
+    cache = Cache()
+    for i in range(30):
+        cpu = "4" if i % 3 else "2"
+        cache.add_node(node(f"n{i:02d}").alloc(cpu=cpu, memory="8Gi", pods=10).record())
+    fwk, snapshot = new_framework(cache)
+    algorithm = Algorithm(rng=random.Random(1))
+    found = []
+    for uid in ("a", "b"):
+        snapshot.update()
+        p = pod("big").uid(uid).req(cpu="9").build()
+        with pytest.raises(FitError) as err:
+            algorithm.schedule_pod(fwk, CycleState(), p, snapshot)
+        found.append(err.value)
+    first, second = found
+    for fe in found:
+        assert len(fe.diagnosis.node_to_status.statuses) == 30
+        assert len({id(s) for s in fe.diagnosis.node_to_status.statuses.values()}) == 1
+    assert str(second) == str(first) == "0/30 nodes are available: 30 Insufficient cpu."
+    assert fit_detail(second) == fit_detail(first)
+    assert fit_detail(second)["rejections"] == [
+        {
+            "plugin": "NodeResourcesFit",
+            "code": "UnschedulableAndUnresolvable",  # 9 CPUs exceed every node's allocatable
+            "reasons": ["Insufficient cpu"],
+            "nodes": 30,
+        }
+    ]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_whole_chunks_rejected_at_once_give_the_node_by_node_diagnosis(seed: int) -> None:
+    """find_nodes_that_fit records a chunk where no node fits in one pass; with a
+    FilterRecord (explain) it goes node by node: both give the same verdicts."""
+    from kscheduler.algorithm import FilterRecord
+
+    rng = random.Random(seed)
+    cache = Cache()
+    for i in range(150):
+        cache.add_node(random_node(rng, i).record())
+    fwk, snapshot = new_framework(cache)
+    shapes = pod_shapes(rng)
+    compared = 0
+    for step in range(60):
+        shape = shapes[rng.randrange(len(shapes))]
+        p = shape.uid(f"u{step}").req(cpu=rng.choice(["100m", "3", "9"])).build()
+        outcomes = []
+        for record in (None, FilterRecord()):
+            snapshot.update()
+            state = CycleState()
+            feasible, diag = Algorithm(
+                percentage_of_nodes_to_score=30, rng=random.Random(seed)
+            ).find_nodes_that_fit(fwk, state, p, snapshot, record=record)
+            statuses = sorted(
+                (n, s.plugin, s.code, tuple(s.reasons))
+                for n, s in diag.node_to_status.statuses.items()
+            )
+            outcomes.append(
+                (
+                    [ni.name for ni in feasible],
+                    statuses,
+                    diag.unschedulable_plugins,
+                    diag.pending_plugins,
+                )
+            )
+        assert outcomes[0] == outcomes[1]
+        compared += not outcomes[0][0]
+    assert compared > 0  # some pods fit nowhere: every chunk was rejected whole

@@ -321,3 +321,54 @@ async def test_release_gated_reruns_pre_enqueue_for_gated_pods_only() -> None:
     q.release_gated([held.uid, parked.uid])
     # the gated pod goes to activeQ; the parked one waits for an event, as before
     assert q.counts() == {"active": 1, "backoff": 0, "unschedulable": 1, "gated": 0}
+
+
+async def test_event_looks_only_at_pods_its_plugins_rejected_in_the_order_they_came() -> None:
+    clock = Clock()
+    calls: list[tuple[str, str]] = []
+
+    def hint(plugin: str) -> object:
+        def fn(p: PodInfo, old: object, new: object) -> QueueingHint:
+            calls.append((plugin, p.name))
+            return QueueingHint.SKIP
+
+        return fn
+
+    q = make_queue(
+        clock,
+        {
+            "Fit": [ClusterEventWithHint(NODE_ADD, hint("Fit"))],  # type: ignore[arg-type]
+            "Taint": [ClusterEventWithHint(NODE_TAINT, hint("Taint"))],  # type: ignore[arg-type]
+            "Spread": [ClusterEventWithHint(NODE_TAINT, hint("Spread"))],  # type: ignore[arg-type]
+        },
+    )
+    rejected_by = {"a": {"Fit"}, "b": {"Taint"}, "c": {"Spread"}, "d": {"Fit"}, "e": {"Taint"}}
+    for name, plugins in rejected_by.items():
+        q.add(pod(name).build())
+        qp = await pop(q)
+        qp.unschedulable_plugins = plugins
+        q.add_unschedulable_if_not_present(qp)
+        clock.now += 1
+    # the taint event asks its two plugins about their own pods, in the pool's order,
+    # and never looks at the pods only Fit rejected
+    seen: list[str] = []
+
+    def precheck(p: PodInfo) -> bool:
+        seen.append(p.name)
+        return True
+
+    assert q.move_all_to_active_or_backoff(NODE_TAINT, precheck=precheck) == 0
+    assert calls == [("Taint", "b"), ("Spread", "c"), ("Taint", "e")]
+    assert seen == ["b", "c", "e"]
+    calls.clear()
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 0
+    assert calls == [("Fit", "a"), ("Fit", "d")]
+    # a pod that names no plugin is woken by any event, a wildcard event wakes all
+    q.add(pod("g").build())
+    q.add_unschedulable_if_not_present(await pop(q))
+    calls.clear()
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 1
+    assert calls == [("Fit", "a"), ("Fit", "d")]
+    wildcard = ClusterEvent(R.WILDCARD, ActionType.ALL, "UnschedulableTimeout")
+    assert q.move_all_to_active_or_backoff(wildcard) == 5
+    assert q.counts()["unschedulable"] == 0
