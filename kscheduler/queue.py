@@ -146,7 +146,7 @@ class _UnschedulablePool:
         self.pods: dict[str, QueuedPodInfo] = {}
         #: when each pod entered the pool
         self.since: dict[str, float] = {}
-        self.gated = 0
+        self._gated: set[str] = set()
         self._keys: dict[str, tuple[str, ...]] = {}
         self._number: dict[str, int] = {}  # entry order, to merge index buckets
         self._by_key: dict[str, dict[str, QueuedPodInfo]] = {}
@@ -154,6 +154,11 @@ class _UnschedulablePool:
 
     def __len__(self) -> int:
         return len(self.pods)
+
+    @property
+    def gated(self) -> int:
+        """How many of the pods wait on a PreEnqueue plugin."""
+        return len(self._gated)
 
     def __contains__(self, uid: str) -> bool:
         return uid in self.pods
@@ -172,7 +177,7 @@ class _UnschedulablePool:
         for key in keys:
             self._by_key.setdefault(key, {})[uid] = qp
         if qp.gated:
-            self.gated += 1
+            self._gated.add(uid)
 
     def remove(self, uid: str) -> QueuedPodInfo | None:
         qp = self.pods.pop(uid, None)
@@ -184,8 +189,7 @@ class _UnschedulablePool:
             del bucket[uid]
             if not bucket:
                 del self._by_key[key]
-        if qp.gated:
-            self.gated -= 1
+        self._gated.discard(uid)
         return qp
 
     def woken_by(self, plugins: Iterable[str]) -> list[QueuedPodInfo]:

@@ -45,6 +45,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from typing import Any
 
 import structlog
@@ -66,6 +68,7 @@ from kscheduler.framework.node_memo import NodeMemos, nominated_pods_added, same
 from kscheduler.framework.selectors import LabelSelector, SelectorError
 
 log = structlog.get_logger("kscheduler.plugins.default_preemption")
+_code = attrgetter("code")
 
 NAME = "DefaultPreemption"
 
@@ -445,11 +448,14 @@ class DefaultPreemption:
                 if st is not None and st.code == Code.UNSCHEDULABLE:
                     out.append(ni)
             return out
-        for name, st in statuses.statuses.items():
-            if st.code == Code.UNSCHEDULABLE:
-                found = snapshot.get(name)
-                if found is not None:
-                    out.append(found)
+        # (C-level passes: a pod that fits nowhere has thousands of verdicts, most of
+        # them UnschedulableAndUnresolvable)
+        rejected = statuses.statuses
+        codes = map(_code, rejected.values())
+        for name in compress(rejected, map(eq, codes, repeat(Code.UNSCHEDULABLE))):
+            found = snapshot.get(name)
+            if found is not None:
+                out.append(found)
         return out
 
     def find_candidates(
