@@ -12,7 +12,7 @@ from kscheduler.cache import Cache, Snapshot
 from kscheduler.extender import ExtenderError
 from kscheduler.framework import Code, CycleState, PodInfo, PostFilterResult, Status
 from kscheduler.framework.args import ConfigError
-from kscheduler.framework.interface import Victims
+from kscheduler.framework.interface import NodeToStatus, Victims
 from kscheduler.framework.parse import parse_pod
 from kscheduler.framework.runtime import Framework, WaitingPodEntry
 from kscheduler.plugins import (
@@ -825,3 +825,18 @@ async def test_dry_runs_are_kept_until_the_node_or_its_nominated_pods_change() -
     runs.clear()
     dry_run(env, preemptor("3", prio=6))
     assert len(runs) >= 5
+
+
+def test_potential_nodes_are_the_unschedulable_ones_in_the_diagnosis_order() -> None:
+    env = Env([n4(f"n{i}") for i in range(6)])
+    env.snap.update()
+    verdicts = NodeToStatus(
+        {
+            "n4": Status.unschedulable("Insufficient cpu"),
+            "n1": Status.unresolvable("node(s) didn't match Pod's node affinity/selector"),
+            "gone": Status.unschedulable("Insufficient cpu"),  # not in the snapshot
+            "n0": Status.unschedulable("Too many pods"),
+            "n5": Status(Code.PENDING, ["waiting"]),
+        }
+    )
+    assert [ni.name for ni in env.plugin.potential_nodes(verdicts)] == ["n4", "n0"]
