@@ -26,6 +26,9 @@ Patches (``ALL`` applies every one of them but the in-process ones):
                      kube-scheduler's.
 * ``quiet-results``  (a measurement) the per-attempt result log lines off, as with
                      ``-q``: what writing them costs.
+* ``gc-stats``       (a measurement) every garbage collection's generation and
+                     duration, written as JSON to $KSCHEDULER_GC_STATS (default
+                     /tmp/kscheduler-gc-<pid>.json) every few seconds.
 
 Proposals that were measured here and then made in the source (a yield between
 cycles, batch ``score_nodes`` scoring, O(log n) event-log trimming, the GC
@@ -62,7 +65,7 @@ IN_PROCESS_ONLY: frozenset[str] = frozenset({"no-node-memo"})
 
 #: Patches that measure a part of the cost and change what the daemon does (its
 #: placements, its logs): left out of ALL too.
-MEASUREMENTS: frozenset[str] = frozenset({"no-cycle", "quiet-results"})
+MEASUREMENTS: frozenset[str] = frozenset({"no-cycle", "quiet-results", "gc-stats"})
 
 
 def apply(names: Sequence[str]) -> None:
@@ -97,6 +100,43 @@ def _gc() -> None:
         gc.freeze()  # the synced cache is long-lived: keep it out of every collection
 
     SchedulerApp._wait_synced = wait_synced  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- gc-stats
+
+
+@patch("gc-stats")
+def _gc_stats() -> None:
+    """Each collection as [seconds since start, generation, ms, objects collected]."""
+    import json
+    import os
+    import time
+
+    path = os.environ.get("KSCHEDULER_GC_STATS") or f"/tmp/kscheduler-gc-{os.getpid()}.json"
+    start = time.perf_counter()
+    began = [0.0]
+    written = [start]
+    collections: list[list[float]] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            began[0] = now
+            return
+        collections.append(
+            [
+                round(now - start, 3),
+                info["generation"],
+                round((now - began[0]) * 1e3, 3),
+                info["collected"],
+            ]
+        )
+        if now - written[0] > 5.0:
+            written[0] = now
+            with open(path, "w") as f:
+                json.dump({"collections": collections, "counts": gc.get_count()}, f)
+
+    gc.callbacks.append(callback)
 
 
 # --------------------------------------------------------------------------- no-node-memo

@@ -14,6 +14,7 @@ trip at a time afterwards. A series patch waits for its Event's create.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import socket
 import time
@@ -37,9 +38,23 @@ class EventSink(Protocol):
     async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None: ...
 
 
+_second: tuple[int, str] = (0, datetime.fromtimestamp(0, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+
+
 def micro_time(ts: float | None = None) -> str:
-    dt = datetime.fromtimestamp(ts if ts is not None else time.time(), tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 UTC with microseconds (a MicroTime), as datetime would write it;
+    the date and time of day are formatted once per second."""
+    global _second
+    frac, whole = math.modf(ts if ts is not None else time.time())
+    micros = round(frac * 1e6)  # half to even, as datetime.fromtimestamp rounds
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    elif micros < 0:
+        whole, micros = whole - 1, micros + 1_000_000
+    second = int(whole)
+    if _second[0] != second:
+        _second = (second, datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{_second[1]}.{micros:06d}Z"
 
 
 def truncate_note(note: str, limit: int = MAX_NOTE) -> str:

@@ -280,6 +280,11 @@ class _Connection(asyncio.Protocol):
         return Response(self._status, headers, body)
 
 
+def _expire(waiter: asyncio.Future[Response]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError("no answer within the request's timeout"))
+
+
 class Http1Pool:
     """Keep-alive connections to one server, at most ``limit`` of them at once."""
 
@@ -340,17 +345,20 @@ class Http1Pool:
             if body:
                 data += body
             self._busy.add(conn)
+            expiry: asyncio.TimerHandle | None = None
             try:
                 waiter = conn.send(data, head_request=method == "HEAD")
-                if timeout is None:
-                    response = await waiter
-                else:
-                    async with asyncio.timeout(timeout):
-                        response = await waiter
+                if timeout is not None:
+                    # a plain timer on the answer (asyncio.timeout costs a context
+                    # manager and a task cancellation per request)
+                    expiry = asyncio.get_running_loop().call_later(timeout, _expire, waiter)
+                response = await waiter
             except BaseException:
                 conn.abort()
                 raise
             finally:
+                if expiry is not None:
+                    expiry.cancel()
                 self._busy.discard(conn)
             if conn.keep_alive and not conn.closed:
                 conn.idle_since = time.monotonic()

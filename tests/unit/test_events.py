@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from kscheduler.events import MAX_NOTE, SERIES_WINDOW, Broadcaster, truncate_note
+from kscheduler.events import MAX_NOTE, SERIES_WINDOW, Broadcaster, micro_time, truncate_note
 
 POD = {
     "apiVersion": "v1",
@@ -185,3 +186,15 @@ async def test_series_patch_waits_for_its_create() -> None:
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Broadcaster(Sink(), concurrency=0)
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [0.0, 1.0000005, 1.9999995, 1733600000.9999996, 1733600000.9999994, 1765000000.25, 86399.5],
+)
+def test_micro_time_is_datetimes_rfc3339_with_microseconds(ts: float) -> None:
+    expected = datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert micro_time(ts) == expected
+    assert micro_time(ts + 1.0) == datetime.fromtimestamp(ts + 1.0, tz=UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
