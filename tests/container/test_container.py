@@ -549,11 +549,13 @@ async def test_two_replicas_in_containers(
         assert by_pod == {leader.name: "1", standby.name: "0"}, by_pod
 
         # SIGKILL the leader: the standby takes over within the lease timings
-        gap = await make("gap", 4)  # pending while nobody leads
         killed_at = time.monotonic()
         docker.cmd("kill", leader.name)
         for t in leader.tasks:
             t.cancel()
+        # made after the kill, so that they wait while nobody leads (made before it,
+        # the leader could bind one and die before logging it)
+        gap = await make("gap", 4)
         standby_id = standby.identity(docker)
 
         async def standby_leads() -> bool:
