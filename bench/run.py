@@ -8,9 +8,12 @@
         --kscheduler-patches ALL   # bench.experiments proposals, side by side
 
 One harness cluster (etcd, kube-apiserver, kube-controller-manager, kwok) serves
-the whole run. For each workload the nodes are created once; then for each CPU
-mode, each client setting (unthrottled: qps/burst 5000/5000 as scheduler_perf;
-default: upstream's 50/100) and each pair, the schedulers run one at a time in
+the whole run. For each workload the nodes are created once, and its first run
+waits until the control plane has stopped writing them (no Node changed for
+NODES_QUIET seconds: the node lifecycle controller adds the beta os and arch
+labels to each new node, the TTL controller an annotation); then for each CPU mode, each client setting
+(unthrottled: qps/burst 5000/5000 as scheduler_perf; default: upstream's 50/100)
+and each pair, the schedulers run one at a time in
 ABBA order (A B, then B A, ...). In the unthrottled setting the trivial binder
 (hack/controlplane/cmd/bench-binder: binds round robin and writes the same
 Scheduled event, through client-go over protobuf as kube-scheduler's client)
@@ -166,6 +169,8 @@ INIT_SCHEDULER = "bench-init"
 PINNED = "pinned"
 #: kwok's share of a CPU under which the control plane counts as settled before a run
 SETTLE_BELOW = 0.10
+#: a workload's runs start once no Node has changed for this long (Bench.wait_nodes_settled)
+NODES_QUIET = 5.0
 
 
 def patched_kind(patches: str) -> str:
@@ -869,6 +874,8 @@ class Bench:
         t0 = time.monotonic()
         await create_nodes(self.admin, wl.make_nodes(), concurrency=CREATE_CONCURRENCY)
         log(f"{wl.name}: {wl.nodes} nodes created in {time.monotonic() - t0:.1f}s")
+        waited, changes = await self.wait_nodes_settled()
+        log(f"{wl.name}: nodes settled after {waited:.1f}s ({changes} node updates)")
         if wl.devices is not None:
             await self._setup_devices(wl, wl.devices)
 
@@ -987,6 +994,33 @@ class Bench:
             if before is None or after is None or (after - before) / sample < below:
                 break
         return time.monotonic() - t0
+
+    async def wait_nodes_settled(
+        self, quiet: float = NODES_QUIET, within: float = 300.0
+    ) -> tuple[float, int]:
+        """Wait until no Node has changed for ``quiet`` seconds; (seconds waited,
+        node updates seen). New nodes are written again by the control plane for a
+        minute or two (the node lifecycle controller's beta os and arch labels, the
+        TTL controller's annotation: about two updates per node), which every scheduler watches: the
+        first run of a workload would otherwise share its window with them."""
+        t0 = time.monotonic()
+        page = await self.admin.get("/api/v1/nodes", {"limit": 1})
+        rv = str(page["metadata"]["resourceVersion"])
+        params = {"watch": "1", "resourceVersion": rv, "timeoutSeconds": str(int(within))}
+        changes = 0
+        async with self.admin.session.get(
+            self.admin.base_url + "/api/v1/nodes", params=params
+        ) as resp:
+            resp.raise_for_status()
+            while time.monotonic() - t0 < within:
+                try:
+                    line = await asyncio.wait_for(resp.content.readline(), quiet)
+                except TimeoutError:
+                    break
+                if not line:
+                    break
+                changes += 1
+        return time.monotonic() - t0, changes
 
     async def _wait_empty(self, path: str, within: float = 300.0) -> None:
         deadline = time.monotonic() + within
