@@ -11,9 +11,9 @@ One harness cluster (etcd, kube-apiserver, kube-controller-manager, kwok) serves
 the whole run. For each workload the nodes are created once, and its first run
 waits until the control plane has stopped writing them (no Node changed for
 NODES_QUIET seconds: the node lifecycle controller adds the beta os and arch
-labels to each new node, the TTL controller an annotation); then for each CPU mode, each client setting
-(unthrottled: qps/burst 5000/5000 as scheduler_perf; default: upstream's 50/100)
-and each pair, the schedulers run one at a time in
+labels to each new node, the TTL controller an annotation); then for each CPU
+mode, each client setting (unthrottled: qps/burst 5000/5000 as scheduler_perf;
+default: upstream's 50/100) and each pair, the schedulers run one at a time in
 ABBA order (A B, then B A, ...). In the unthrottled setting the trivial binder
 (hack/controlplane/cmd/bench-binder: binds round robin and writes the same
 Scheduled event, through client-go over protobuf as kube-scheduler's client)

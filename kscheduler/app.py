@@ -27,7 +27,7 @@ from kscheduler.extender import (
 )
 from kscheduler.framework.interface import ActionType, ClusterEvent, ClusterEventWithHint
 from kscheduler.framework.interface import Resource as EventResource
-from kscheduler.framework.parse import parse_pod
+from kscheduler.framework.parse import parse_pod, reparse_pod
 from kscheduler.framework.registry import EXTENSION_POINTS, Registry
 from kscheduler.framework.runtime import Framework, ProfileSpec
 from kscheduler.framework.status import Status
@@ -206,6 +206,10 @@ class SchedulerApp:
             on_update=self.handlers.node_updated,
             on_delete=self.handlers.node_deleted,
         )
+        # a new version is parsed from the last one: what a binding or a status
+        # report leaves as it was is not read again
+        self.pod_informer.retransform = reparse_pod
+        self.node_informer.retransform = self.handlers.reparse_node
         for kind in sorted(required_kinds(registry, specs)):
             self._watch_kind(kind)
         self.scheduler.wait_live = self._wait_live

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any, Final
+from typing import Any
 
 import structlog
 
 from kscheduler.cache import Cache
 from kscheduler.framework.interface import ActionType, ClusterEvent
 from kscheduler.framework.interface import Resource as R
-from kscheduler.framework.parse import parse_node
+from kscheduler.framework.parse import equal_except, parse_node
 from kscheduler.framework.types import NodeRecord, ParseError, PodInfo
 from kscheduler.queue import SchedulingQueue
 
@@ -51,8 +51,8 @@ def node_unchanged(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Whether ``new`` (a later version of the Node ``old``) changes nothing the
     scheduler reads: everything but metadata.resourceVersion, metadata.managedFields
     and the conditions' details is equal, and the conditions' types and statuses are
-    the same in the same order. A kubelet's (or kwok's) status heartbeat, which
-    moves only ``lastHeartbeatTime``, is such a version."""
+    the same in the same order. A kubelet's status heartbeat, which moves only
+    ``lastHeartbeatTime``, is such a version."""
     if old.keys() != new.keys():
         return False
     for top, value in new.items():
@@ -60,31 +60,18 @@ def node_unchanged(old: dict[str, Any], new: dict[str, Any]) -> bool:
         if top == "metadata":
             if not isinstance(value, dict) or not isinstance(before, dict):
                 return False
-            if not _same_except(before, value, _VOLATILE_METADATA):
+            if not equal_except(before, value, ("resourceVersion", "managedFields")):
                 return False
         elif top == "status":
             if not isinstance(value, dict) or not isinstance(before, dict):
                 return False
-            if not _same_except(before, value, ("conditions",)):
+            if not equal_except(before, value, ("conditions",)):
                 return False
             if _condition_list(before) != _condition_list(value):
                 return False
         elif before != value:
             return False
     return True
-
-
-_VOLATILE_METADATA: Final = ("resourceVersion", "managedFields")
-
-
-def _same_except(old: dict[str, Any], new: dict[str, Any], skip: tuple[str, ...]) -> bool:
-    """old and new are equal but for the keys in skip (present or not)."""
-    if any(k not in skip and k not in new for k in old):
-        return False
-    return all(k in skip or old.get(k, _MISSING) == v for k, v in new.items())
-
-
-_MISSING: Final = object()
 
 
 def _condition_list(status: dict[str, Any]) -> list[tuple[Any, Any]] | None:
@@ -197,7 +184,7 @@ class EventHandlers:
             self.node_added(new)
             return
         if old is new:
-            return  # refreshed in place by parse_node_or_none: nothing read changed
+            return  # refreshed in place by reparse_node: nothing read changed
         self.cache.update_node(new)
         action = node_update_action(old, new)
         if action:
@@ -218,22 +205,7 @@ class EventHandlers:
         self.queue.move_all_to_active_or_backoff(EVENT_NODE_DELETE, node, None)
 
     def parse_node_or_none(self, raw: dict[str, Any]) -> NodeRecord | None:
-        """Informer transform: a node we cannot parse is logged once and left out.
-
-        A version that changes nothing the scheduler reads (:func:`node_unchanged`,
-        e.g. a status heartbeat) is not parsed again: the cached record takes the
-        new object in place and is returned itself, so that :meth:`node_updated`
-        sees the same record as old and new and leaves the cache's generation (and
-        every memo of the node) alone. kube-scheduler's cache counts such an update
-        as a new generation of the node; the decisions are the same."""
-        meta = raw.get("metadata")
-        if isinstance(meta, dict) and isinstance(name := meta.get("name"), str):
-            ni = self.cache.nodes.get(name)
-            cached = ni.node if ni is not None else None
-            if cached is not None and node_unchanged(cached.raw, raw):
-                cached.raw = raw
-                cached.resource_version = str(meta.get("resourceVersion", ""))
-                return cached
+        """Informer transform: a node we cannot parse is logged once and left out."""
         try:
             rec = parse_node(raw)
         except ParseError as exc:
@@ -244,3 +216,20 @@ class EventHandlers:
             return None
         self.bad_nodes.pop(rec.name, None)
         return rec
+
+    def reparse_node(self, old: NodeRecord | None, raw: dict[str, Any]) -> NodeRecord | None:
+        """The informer's transform of a new version of a stored node.
+
+        A version that changes nothing the scheduler reads (:func:`node_unchanged`,
+        e.g. a status heartbeat) is not parsed again: the stored record takes the new
+        object in place and is returned itself, so that :meth:`node_updated` sees the
+        same record as old and new and leaves the cache's generation (and every memo
+        of the node) alone. kube-scheduler's cache counts such an update as a new
+        generation of the node; the decisions are the same."""
+        meta = raw.get("metadata")
+        if old is not None and isinstance(meta, dict) and node_unchanged(old.raw, raw):
+            meta.pop("managedFields", None)
+            old.raw = raw
+            old.resource_version = str(meta.get("resourceVersion", ""))
+            return old
+        return self.parse_node_or_none(raw)

@@ -272,6 +272,10 @@ class Informer(Generic[T]):
         self.field_selector = field_selector
         self.label_selector = label_selector
         self.transform = transform
+        #: Set to transform a new version of a stored object from the stored value
+        #: and the new JSON (e.g. reusing what did not change); the transform is
+        #: used where none is set, and for objects not stored yet.
+        self.retransform: Callable[[T, JSON], T] | None = None
         self.settings = settings or InformerSettings()
         self.name = name or path
         self.has_synced = asyncio.Event()
@@ -366,13 +370,20 @@ class Informer(Generic[T]):
                     del self._by_namespace[ns]
         return value
 
-    def _convert(self, raw: JSON) -> T | _Failed:
-        """The transformed object, or _FAILED (logged) when the transform raises."""
-        if self.transform is None:
+    def _convert(self, raw: JSON, old: T | _Failed = _FAILED) -> T | _Failed:
+        """The transformed object (by retransform from ``old``, the stored value, when
+        both are there), or _FAILED (logged) when the transform raises."""
+        retransform = self.retransform
+        if self.transform is None and retransform is None:
             value: T = raw  # type: ignore[assignment]
             return value
         try:
-            converted: T = self.transform(raw)
+            if retransform is not None and not isinstance(old, _Failed):
+                converted: T = retransform(old, raw)
+            elif self.transform is not None:
+                converted = self.transform(raw)
+            else:
+                converted = raw  # type: ignore[assignment]
         except Exception:
             log.exception(
                 "informer transform failed; object left as it was",
@@ -458,11 +469,12 @@ class Informer(Generic[T]):
         if rv == _rv(raw) and uid == new_uid:
             return
         old = self._items[key]
-        value = self._convert(raw)
+        recreated = bool(uid and new_uid and uid != new_uid)
+        value = self._convert(raw) if recreated else self._convert(raw, old)
         if isinstance(value, _Failed):
             return
         self._put(key, raw, value)
-        if uid and new_uid and uid != new_uid:
+        if recreated:
             self._emit_delete(old)
             self._emit_add(value)
         else:

@@ -502,6 +502,82 @@ def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
+def reparse_pod(old: PodInfo, raw: dict[str, Any]) -> PodInfo:
+    """:func:`parse_pod` of a later version of the pod ``old`` was parsed from.
+
+    When the new version changes only what a binding and a kubelet's status reports
+    change (spec.nodeName, and status fields but those of an in-place resize), the
+    fields parsed from metadata and spec are taken from ``old`` and the node name,
+    phase, start time and nominated node are read again; otherwise the pod is parsed
+    whole. Either way the result equals ``parse_pod(raw)``."""
+    meta, spec, status = raw.get("metadata"), raw.get("spec"), raw.get("status")
+    old_meta, old_spec = old.raw.get("metadata"), old.raw.get("spec")
+    old_status = old.raw.get("status")
+    if (
+        old.parse_error is not None
+        or not isinstance(meta, dict)
+        or not isinstance(spec, dict)
+        or not isinstance(old_meta, dict)
+        or not isinstance(old_spec, dict)
+    ):
+        return parse_pod(raw)
+    status = {} if status is None else status
+    old_status = {} if old_status is None else old_status
+    if not isinstance(status, dict) or not isinstance(old_status, dict):
+        return parse_pod(raw)
+    meta.pop("managedFields", None)
+    if (
+        not equal_except(old_meta, meta, _VOLATILE_METADATA)
+        or not equal_except(old_spec, spec, ("nodeName",))
+        or _resize_reported(status)
+        or _resize_reported(old_status)
+    ):
+        return parse_pod(raw)
+    return old.evolve(
+        resource_version=str(meta.get("resourceVersion", "")),
+        node_name=str(spec.get("nodeName") or ""),
+        start_time=str(status.get("startTime") or ""),
+        nominated_node_name=str(status.get("nominatedNodeName") or ""),
+        phase=str(status.get("phase") or ""),
+        raw=raw,
+    )
+
+
+_VOLATILE_METADATA = ("resourceVersion", "managedFields")
+
+
+def equal_except(old: Mapping[str, Any], new: Mapping[str, Any], skip: tuple[str, ...]) -> bool:
+    """old and new are equal but for the keys in skip (present or not)."""
+    if any(k not in skip and k not in new for k in old):
+        return False
+    return all(k in skip or old.get(k, _MISSING) == v for k, v in new.items())
+
+
+_MISSING = object()
+
+
+def _resize_reported(status: Mapping[str, Any]) -> bool:
+    """Whether the status has anything :func:`counted_resources` reads (allocated or
+    actuated resources, a PodResizePending condition), or a malformed list of it."""
+    if "allocatedResources" in status or "resources" in status:
+        return True
+    for key in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(key)
+        if statuses is None:
+            continue
+        if not isinstance(statuses, list):
+            return True
+        for cs in statuses:
+            if not isinstance(cs, dict) or "allocatedResources" in cs or "resources" in cs:
+                return True
+    conditions = status.get("conditions")
+    if conditions is None:
+        return False
+    if not isinstance(conditions, list):
+        return True
+    return any(not isinstance(c, dict) or c.get("type") == "PodResizePending" for c in conditions)
+
+
 def parse_pod(raw: dict[str, Any]) -> PodInfo:
     """Build a PodInfo; on bad input the result carries ``parse_error``."""
     meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}

@@ -287,9 +287,13 @@ class PodInfo:
 
     def with_node(self, node_name: str) -> PodInfo:
         """A copy bound to ``node_name`` (used by assume)."""
-        clone = PodInfo(**{f: getattr(self, f) for f in _POD_FIELDS})
-        clone.node_name = node_name
-        return clone
+        return self.evolve(node_name=node_name)
+
+    def evolve(self, **changes: Any) -> PodInfo:
+        """A copy with ``changes``, its per-version caches (``ext``) empty."""
+        fields = {f: getattr(self, f) for f in _POD_FIELDS}
+        fields.update(changes)
+        return PodInfo(**fields)
 
 
 _POD_FIELDS = [f for f in PodInfo.__dataclass_fields__ if f != "ext"]

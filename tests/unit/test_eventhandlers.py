@@ -12,7 +12,7 @@ from kscheduler.cache import Cache
 from kscheduler.eventhandlers import EventHandlers, node_unchanged, node_update_action
 from kscheduler.framework.parse import parse_node
 from kscheduler.framework.types import NodeRecord
-from kscheduler.informers import Informer
+from kscheduler.informers import Callbacks, Informer
 from kscheduler.queue import SchedulingQueue
 from tests.unit.builders import node
 from tests.unit.test_informers_unit import FakeWatchClient
@@ -65,7 +65,7 @@ def test_a_heartbeat_is_taken_in_place_and_leaves_the_cache_generation_alone() -
     generation, ni_generation = cache.generation, cache.nodes["n1"].generation
 
     beat = heartbeat(first, 2, "2026-12-07T10:00:40Z")
-    again = h.parse_node_or_none(beat)
+    again = h.reparse_node(rec, beat)
     assert again is rec and rec.raw is beat and rec.resource_version == "2"
     h.node_updated(rec, again)
     assert (cache.generation, cache.nodes["n1"].generation) == (generation, ni_generation)
@@ -82,11 +82,20 @@ def test_a_change_the_scheduler_reads_is_parsed_and_counted() -> None:
 
     changed = heartbeat(first, 2, "2026-12-07T10:00:40Z")
     changed["metadata"]["labels"]["zone"] = "b"
-    new = h.parse_node_or_none(changed)
+    new = h.reparse_node(rec, changed)
     assert new is not None and new is not rec and new.labels["zone"] == "b"
     h.node_updated(rec, new)
     assert cache.nodes["n1"].generation == generation + 1
     assert cache.nodes["n1"].node is new and rec.raw is first  # the old record untouched
+
+
+def test_a_node_that_could_not_be_parsed_is_parsed_again() -> None:
+    h, _, _ = handlers()
+    bad = kubelet_node()
+    bad["status"]["allocatable"] = ["not", "a", "map"]
+    assert h.parse_node_or_none(bad) is None and "n1" in h.bad_nodes
+    fixed = h.reparse_node(None, kubelet_node(rv=2))
+    assert fixed is not None and fixed.resource_version == "2" and not h.bad_nodes
 
 
 Change = Callable[[JSON], None]
@@ -194,20 +203,14 @@ def test_through_the_informer_a_heartbeat_keeps_the_stored_record() -> None:
     inf: Informer[NodeRecord | None] = Informer(
         FakeWatchClient(), "/api/v1/nodes", transform=h.parse_node_or_none
     )
+    inf.retransform = h.reparse_node
     updates: list[tuple[NodeRecord | None, NodeRecord | None]] = []
 
-    class Recorder:
-        def on_add(self, obj: NodeRecord | None) -> None:
-            h.node_added(obj)
+    def updated(old: NodeRecord | None, new: NodeRecord | None) -> None:
+        updates.append((old, new))
+        h.node_updated(old, new)
 
-        def on_update(self, old: NodeRecord | None, new: NodeRecord | None) -> None:
-            updates.append((old, new))
-            h.node_updated(old, new)
-
-        def on_delete(self, obj: NodeRecord | None) -> None:
-            h.node_deleted(obj)
-
-    inf.add_handler(Recorder())
+    inf.add_handler(Callbacks(h.node_added, updated, h.node_deleted))
     first = kubelet_node()
     inf.replace([first])
     stored = inf.get(None, "n1")
@@ -223,6 +226,12 @@ def test_through_the_informer_a_heartbeat_keeps_the_stored_record() -> None:
     now = inf.get(None, "n1")
     assert now is not None and now is not stored and now.taints
     assert cache.nodes["n1"].node is now and cache.nodes["n1"].generation == generation + 1
-    # a relist that brings the same heartbeat-only version back changes nothing either
+    # a relist that brings a heartbeat-only version changes nothing either
     inf.replace([heartbeat(tainted, 4, "2026-12-07T10:02:00Z")])
     assert inf.get(None, "n1") is now and cache.nodes["n1"].generation == generation + 1
+    # deleted and made again under the same name: parsed whole, reported as such
+    again = kubelet_node(rv=5)
+    again["metadata"]["uid"] = "uid-other"
+    inf.apply("MODIFIED", again)
+    last = inf.get(None, "n1")
+    assert last is not None and last is not now and last.raw is again
