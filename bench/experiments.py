@@ -29,6 +29,9 @@ Patches (``ALL`` applies every one of them but the in-process ones):
 * ``gc-stats``       (a measurement) every garbage collection's generation and
                      duration, written as JSON to $KSCHEDULER_GC_STATS (default
                      /tmp/kscheduler-gc-<pid>.json) every few seconds.
+* ``no-reparse``     (a measurement) every pod and node version parsed whole, as
+                     before Informer.retransform: what reparse_pod and reparse_node
+                     save.
 
 Proposals that were measured here and then made in the source (a yield between
 cycles, batch ``score_nodes`` scoring, O(log n) event-log trimming, the GC
@@ -65,7 +68,7 @@ IN_PROCESS_ONLY: frozenset[str] = frozenset({"no-node-memo"})
 
 #: Patches that measure a part of the cost and change what the daemon does (its
 #: placements, its logs): left out of ALL too.
-MEASUREMENTS: frozenset[str] = frozenset({"no-cycle", "quiet-results", "gc-stats"})
+MEASUREMENTS: frozenset[str] = frozenset({"no-cycle", "quiet-results", "gc-stats", "no-reparse"})
 
 
 def apply(names: Sequence[str]) -> None:
@@ -205,6 +208,24 @@ def _quiet_results() -> None:
             return getattr(self._inner, name)
 
     scheduler.log = Quiet(scheduler.log)
+
+
+# --------------------------------------------------------------------------- no-reparse
+
+
+@patch("no-reparse")
+def _no_reparse() -> None:
+    """Every pod and node version parsed whole: the informers' retransform off."""
+    from kscheduler.app import SchedulerApp
+
+    original = SchedulerApp.__init__
+
+    def init(self: SchedulerApp, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.pod_informer.retransform = None
+        self.node_informer.retransform = None
+
+    SchedulerApp.__init__ = init  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- main
