@@ -513,6 +513,15 @@ class Algorithm:
         ties = totals.count(best)
         if ties == 1:
             return totals.index(best)
+        n = len(totals)
+        if ties * 4 >= n:
+            # many ties (identical nodes): a place drawn uniformly is one of them at
+            # least one time in four, and the first such draw is uniform among them
+            draw = self.rng.randrange
+            while True:
+                i = draw(n)
+                if totals[i] == best:
+                    return i
         # the k-th tie, found by C-speed searches rather than a list of all of them
         k = self.rng.randrange(ties)
         at = -1

@@ -212,6 +212,22 @@ def test_ties_broken_uniformly() -> None:
         assert 850 < counts[n] < 1150
 
 
+@pytest.mark.parametrize("ties", [2, 5, 50, 199, 200])
+def test_pick_is_uniform_over_the_ties(ties: int) -> None:
+    """Few ties (the k-th found by search) and many (drawn until one is hit)."""
+    rng = random.Random(ties)
+    totals = [10] * 200
+    places = rng.sample(range(200), ties)
+    for i in places:
+        totals[i] = 90
+    alg = Algorithm(rng=random.Random(3))
+    draws = 300 * ties
+    counts = Counter(alg.pick(totals) for _ in range(draws))
+    assert set(counts) == set(places)
+    for i in places:
+        assert 0.75 * 300 < counts[i] < 1.25 * 300
+
+
 def test_score_out_of_range_is_an_error() -> None:
     from kscheduler.algorithm import ScheduleError
 
