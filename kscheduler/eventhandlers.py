@@ -10,7 +10,7 @@ import structlog
 from kscheduler.cache import Cache
 from kscheduler.framework.interface import ActionType, ClusterEvent
 from kscheduler.framework.interface import Resource as R
-from kscheduler.framework.parse import equal_except, parse_node
+from kscheduler.framework.parse import VOLATILE_METADATA, equal_except, parse_node
 from kscheduler.framework.types import NodeRecord, ParseError, PodInfo
 from kscheduler.queue import SchedulingQueue
 
@@ -60,7 +60,7 @@ def node_unchanged(old: dict[str, Any], new: dict[str, Any]) -> bool:
         if top == "metadata":
             if not isinstance(value, dict) or not isinstance(before, dict):
                 return False
-            if not equal_except(before, value, ("resourceVersion", "managedFields")):
+            if not equal_except(before, value, VOLATILE_METADATA):
                 return False
         elif top == "status":
             if not isinstance(value, dict) or not isinstance(before, dict):

@@ -527,7 +527,7 @@ def reparse_pod(old: PodInfo, raw: dict[str, Any]) -> PodInfo:
         return parse_pod(raw)
     meta.pop("managedFields", None)
     if (
-        not equal_except(old_meta, meta, _VOLATILE_METADATA)
+        not equal_except(old_meta, meta, VOLATILE_METADATA)
         or not equal_except(old_spec, spec, ("nodeName",))
         or _resize_reported(status)
         or _resize_reported(old_status)
@@ -543,7 +543,8 @@ def reparse_pod(old: PodInfo, raw: dict[str, Any]) -> PodInfo:
     )
 
 
-_VOLATILE_METADATA = ("resourceVersion", "managedFields")
+#: metadata a new version of any object may change without changing the object
+VOLATILE_METADATA = ("resourceVersion", "managedFields")
 
 
 def equal_except(old: Mapping[str, Any], new: Mapping[str, Any], skip: tuple[str, ...]) -> bool:

@@ -50,18 +50,25 @@ def heartbeat(raw: JSON, rv: int, beat: str) -> JSON:
     return new
 
 
-def handlers() -> tuple[EventHandlers, Cache, SchedulingQueue]:
+def handlers() -> tuple[EventHandlers, Cache]:
     cache = Cache()
     queue = SchedulingQueue(sort_key=lambda q: 0, pre_enqueue=lambda p: None, events={})
-    return EventHandlers(cache=cache, queue=queue, scheduler_names=["s"]), cache, queue
+    return EventHandlers(cache=cache, queue=queue, scheduler_names=["s"]), cache
 
 
-def test_a_heartbeat_is_taken_in_place_and_leaves_the_cache_generation_alone() -> None:
-    h, cache, _ = handlers()
+def cached_node() -> tuple[EventHandlers, Cache, JSON, NodeRecord]:
+    """Handlers whose cache holds kubelet_node(): the handlers, the cache, the
+    node's JSON and its record."""
+    h, cache = handlers()
     first = kubelet_node()
     rec = h.parse_node_or_none(first)
     assert rec is not None
     h.node_added(rec)
+    return h, cache, first, rec
+
+
+def test_a_heartbeat_is_taken_in_place_and_leaves_the_cache_generation_alone() -> None:
+    h, cache, first, rec = cached_node()
     generation, ni_generation = cache.generation, cache.nodes["n1"].generation
 
     beat = heartbeat(first, 2, "2026-12-07T10:00:40Z")
@@ -73,11 +80,7 @@ def test_a_heartbeat_is_taken_in_place_and_leaves_the_cache_generation_alone() -
 
 
 def test_a_change_the_scheduler_reads_is_parsed_and_counted() -> None:
-    h, cache, _ = handlers()
-    first = kubelet_node()
-    rec = h.parse_node_or_none(first)
-    assert rec is not None
-    h.node_added(rec)
+    h, cache, first, rec = cached_node()
     generation = cache.nodes["n1"].generation
 
     changed = heartbeat(first, 2, "2026-12-07T10:00:40Z")
@@ -90,7 +93,7 @@ def test_a_change_the_scheduler_reads_is_parsed_and_counted() -> None:
 
 
 def test_a_node_that_could_not_be_parsed_is_parsed_again() -> None:
-    h, _, _ = handlers()
+    h, _ = handlers()
     bad = kubelet_node()
     bad["status"]["allocatable"] = ["not", "a", "map"]
     assert h.parse_node_or_none(bad) is None and "n1" in h.bad_nodes
@@ -199,7 +202,7 @@ def fields(rec: NodeRecord) -> tuple[Any, ...]:
 
 
 def test_through_the_informer_a_heartbeat_keeps_the_stored_record() -> None:
-    h, cache, _ = handlers()
+    h, cache = handlers()
     inf: Informer[NodeRecord | None] = Informer(
         FakeWatchClient(), "/api/v1/nodes", transform=h.parse_node_or_none
     )
